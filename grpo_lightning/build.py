@@ -1,0 +1,105 @@
+"""Build every piece of a run from a ``TrainConfig``: the one place config meets objects.
+
+``train.py`` (the Hydra CLI) and notebooks both call :func:`build_run`, so the two paths
+cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+from transformers import PreTrainedTokenizerBase
+
+from grpo_lightning.callbacks import RolloutCallback
+from grpo_lightning.config import TrainConfig, validate_config
+from grpo_lightning.data import PromptDataModule, arithmetic_records
+from grpo_lightning.models import load_policy
+from grpo_lightning.module import GRPOModule
+from grpo_lightning.rewards import RewardScorer
+from grpo_lightning.rollout import HFEngine, SamplingSettings
+
+
+@dataclass
+class Run:
+    """What ``Trainer.fit`` needs, plus the tokenizer for looking at completions."""
+
+    module: GRPOModule
+    datamodule: PromptDataModule
+    callbacks: list[L.Callback]
+    logger: Logger | bool
+    tokenizer: PreTrainedTokenizerBase
+    rollout: RolloutCallback
+
+    def trainer(self, cfg: TrainConfig, **overrides) -> L.Trainer:
+        t = cfg.trainer
+        kwargs = dict(
+            max_steps=t.max_steps,
+            accelerator=t.accelerator,
+            devices=t.devices,
+            precision=t.precision,
+            logger=self.logger,
+            callbacks=self.callbacks,
+            log_every_n_steps=t.log_every_n_steps,
+            default_root_dir=t.output_dir,
+            enable_checkpointing=t.enable_checkpointing,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            limit_val_batches=0,
+            max_epochs=1,  # one epoch of exactly the batches needed (build_datamodule)
+        )
+        kwargs.update(overrides)
+        return L.Trainer(**kwargs)
+
+
+def build_datamodule(cfg: TrainConfig) -> PromptDataModule:
+    train, val = arithmetic_records(
+        cfg.task.max_operand, cfg.task.operators, cfg.task.val_fraction, cfg.task.seed
+    )
+    batches = -(-cfg.trainer.max_steps // cfg.algorithm.num_iterations)
+    return PromptDataModule(train, val, cfg.rollout.prompts_per_step, seed=cfg.trainer.seed, num_batches=batches)
+
+
+def build_logger(cfg: TrainConfig) -> Logger | bool:
+    kind, out = cfg.logger.kind, Path(cfg.trainer.output_dir)
+    if kind == "none":
+        return False
+    if kind == "csv":
+        return CSVLogger(save_dir=str(out), name="csv")
+    offline = cfg.logger.offline
+    if offline is None:
+        offline = not os.environ.get("WANDB_API_KEY")
+    out.mkdir(parents=True, exist_ok=True)
+    logger = WandbLogger(
+        project=cfg.logger.project, name=cfg.logger.run_name, save_dir=str(out), offline=offline
+    )
+    logger.log_hyperparams(asdict(cfg))
+    return logger
+
+
+def build_run(cfg: TrainConfig) -> Run:
+    """Validate first (before any model loads), then build module, data, callbacks, logger."""
+    validate_config(cfg)
+    if cfg.trainer.num_threads > 0:
+        torch.set_num_threads(cfg.trainer.num_threads)
+    L.seed_everything(cfg.trainer.seed, workers=True, verbose=False)
+    datamodule = build_datamodule(cfg)
+    policy, tokenizer = load_policy(cfg.model)
+    module = GRPOModule(policy, cfg.algorithm)
+    r = cfg.rollout
+    sampling = SamplingSettings(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
+    rollout = RolloutCallback(
+        engine=lambda pl_module: HFEngine(
+            pl_module.policy, tokenizer.pad_token_id, tokenizer.eos_token_id, r.generation_batch_size
+        ),
+        tokenizer=tokenizer,
+        scorer=RewardScorer.from_names(cfg.task.rewards),
+        num_generations=r.num_generations,
+        sampling=sampling,
+        seed=cfg.trainer.seed,
+    )
+    return Run(module, datamodule, [rollout], build_logger(cfg), tokenizer, rollout)

@@ -1,0 +1,180 @@
+"""Structured configs: every field has a default and help text, and ``validate`` checks them all.
+
+Hydra composes ``conf/`` on top of these dataclasses (type-checked), then
+:func:`validate_config` rejects invalid values before any model is loaded, naming the
+field and the values it allows.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Optional
+
+from grpo_lightning.algorithm import ADVANTAGE_SCALES, KL_ESTIMATORS, LOSS_AGG_MODES
+
+ENGINES = ("hf",)
+LOGGERS = ("wandb", "csv", "none")
+TASKS = ("arithmetic",)
+
+
+def _f(default: Any, help: str) -> Any:
+    """A dataclass field with help text (``field(default=..., metadata={"help": ...})``)."""
+    if isinstance(default, (dict, list)) or is_dataclass(default):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class TinyModelConfig:
+    hidden_size: int = _f(64, "Width of the in-code tiny Llama; hidden_size / num_heads must be >= 32.")
+    num_layers: int = _f(2, "Transformer layers of the tiny model.")
+    num_heads: int = _f(2, "Attention heads of the tiny model.")
+    alphabet: str = _f("0123456789+-*=? ", "Characters of the tiny character tokenizer (plus pad, bos, eos).")
+    init_seed: int = _f(0, "Seed of the tiny model's random initialisation.")
+
+
+@dataclass
+class ModelConfig:
+    name_or_path: str = _f("tiny", "'tiny' builds a small Llama in code; otherwise a local Hugging Face folder.")
+    tiny: TinyModelConfig = _f(TinyModelConfig(), "Shape of the in-code tiny model (name_or_path=tiny).")
+
+
+@dataclass
+class TaskConfig:
+    name: str = _f("arithmetic", f"The prompt source, one of {TASKS}.")
+    max_operand: int = _f(9, "arithmetic: operands run from 0 to this value.")
+    operators: str = _f("+", "arithmetic: operators to draw from, any of '+-*'.")
+    val_fraction: float = _f(0.2, "Share of the prompts held out for validation.")
+    seed: int = _f(0, "Seed of the train / validation split.")
+    rewards: dict[str, float] = _f(
+        {"arithmetic_exact": 0.5, "arithmetic_close": 0.5},
+        "Reward function name -> weight; the total reward is the weighted sum.",
+    )
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = _f("hf", f"Generation engine, one of {ENGINES}.")
+    prompts_per_step: int = _f(16, "Prompts per generation batch (one optimizer pass each).")
+    num_generations: int = _f(8, "Completions per prompt: the group size G (>= 2).")
+    max_new_tokens: int = _f(4, "Completion budget in tokens; also the horizon of seq_mean_token_sum_norm.")
+    temperature: float = _f(1.0, "Sampling temperature (> 0); the trainer's log-probs use it too.")
+    top_p: float = _f(1.0, "Nucleus sampling mass in (0, 1].")
+    top_k: int = _f(0, "Sample among the k most likely tokens; 0 turns it off.")
+    generation_batch_size: int = _f(256, "Sequences per generate() call (memory bound).")
+
+
+@dataclass
+class AlgorithmConfig:
+    beta: float = _f(0.04, "KL coefficient (>= 0); 0 loads no reference model.")
+    kl_estimator: str = _f("k3", f"Per-token KL estimator, one of {KL_ESTIMATORS}.")
+    loss_agg: str = _f("seq_mean_token_mean", f"Loss aggregation for policy and KL terms alike, one of {LOSS_AGG_MODES}.")
+    advantage_scale: str = _f("group", f"Advantage scaling, one of {ADVANTAGE_SCALES}.")
+    advantage_eps: float = _f(1e-6, "Added to the std when scaling advantages.")
+    num_iterations: int = _f(1, "Optimizer passes over each generation batch (mu); 1 makes the ratio exactly 1.")
+    micro_batch_size: int = _f(32, "Sequences per forward/backward; must divide prompts_per_step x num_generations.")
+    clip_low: float = _f(0.2, "Lower clip of the ratio: 1 - clip_low.")
+    clip_high: float = _f(0.2, "Upper clip of the ratio: 1 + clip_high (DAPO uses 0.28).")
+    dual_clip: Optional[float] = _f(None, "Dual-clip bound c > 1 for negative advantages; null turns it off.")
+    lr: float = _f(3e-4, "AdamW learning rate.")
+    weight_decay: float = _f(0.0, "AdamW weight decay.")
+    warmup_steps: int = _f(0, "Linear learning-rate warm-up steps.")
+    max_grad_norm: float = _f(1.0, "Gradient norm clip (> 0).")
+    max_consecutive_skips: int = _f(3, "Stop with a diagnosis after this many consecutive skipped (non-finite) steps.")
+    logprob_chunk_size: int = _f(4096, "Rows of logits upcast to float32 at a time in the log-prob computation.")
+
+
+@dataclass
+class TrainerConfig:
+    max_steps: int = _f(2000, "Optimizer steps to run (Lightning's max_steps); each generation batch gives algorithm.num_iterations of them (fewer if some are skipped as non-finite).")
+    seed: int = _f(0, "Run seed: model init order, data order and every sampling seed derive from it.")
+    accelerator: str = _f("cpu", "Lightning accelerator: cpu, gpu, auto.")
+    devices: int = _f(1, "Number of devices (processes) to train on.")
+    precision: str = _f("32-true", "Lightning precision, e.g. 32-true or bf16-mixed.")
+    num_threads: int = _f(1, "torch intra-op threads on CPU; 0 leaves torch's default.")
+    log_every_n_steps: int = _f(1, "Log metrics every n steps.")
+    output_dir: str = _f("outputs", "Where logs and checkpoints go (the Hydra run folder under the CLI).")
+    enable_checkpointing: bool = _f(False, "Save a Lightning checkpoint at the end of training.")
+
+
+@dataclass
+class LoggerConfig:
+    kind: str = _f("wandb", f"Metrics logger, one of {LOGGERS}.")
+    project: str = _f("grpo_lightning", "wandb project name.")
+    run_name: Optional[str] = _f(None, "wandb run name; null lets wandb pick.")
+    offline: Optional[bool] = _f(None, "Force wandb offline (true) or online (false); null: offline unless WANDB_API_KEY is set.")
+
+
+@dataclass
+class TrainConfig:
+    model: ModelConfig = _f(ModelConfig(), "The policy.")
+    task: TaskConfig = _f(TaskConfig(), "Prompts and rewards.")
+    rollout: RolloutConfig = _f(RolloutConfig(), "Generation of completions.")
+    algorithm: AlgorithmConfig = _f(AlgorithmConfig(), "The GRPO objective and optimizer.")
+    trainer: TrainerConfig = _f(TrainerConfig(), "The Lightning Trainer.")
+    logger: LoggerConfig = _f(LoggerConfig(), "Metrics logging.")
+
+
+class ConfigError(ValueError):
+    """One or more config fields hold invalid values; the message names each and its fix."""
+
+
+def _choice(problems: list[str], name: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        problems.append(f"{name}={value!r} is not allowed; choose one of {list(allowed)}")
+
+
+def _check(problems: list[str], ok: bool, message: str) -> None:
+    if not ok:
+        problems.append(message)
+
+
+def validate_config(cfg: TrainConfig) -> None:
+    """Raise :class:`ConfigError` listing every invalid field, before anything heavy runs."""
+    from grpo_lightning.rewards import REWARD_FUNCTIONS
+
+    problems: list[str] = []
+    r, a, t = cfg.rollout, cfg.algorithm, cfg.trainer
+    _choice(problems, "task.name", cfg.task.name, TASKS)
+    _choice(problems, "rollout.engine", r.engine, ENGINES)
+    _choice(problems, "algorithm.kl_estimator", a.kl_estimator, KL_ESTIMATORS)
+    _choice(problems, "algorithm.loss_agg", a.loss_agg, LOSS_AGG_MODES)
+    _choice(problems, "algorithm.advantage_scale", a.advantage_scale, ADVANTAGE_SCALES)
+    _choice(problems, "logger.kind", cfg.logger.kind, LOGGERS)
+    for name in cfg.task.rewards:
+        _choice(problems, f"task.rewards.{name}", name, tuple(sorted(REWARD_FUNCTIONS)))
+    _check(problems, bool(cfg.task.rewards), "task.rewards is empty; name at least one reward function")
+    _check(problems, a.beta >= 0, f"algorithm.beta={a.beta} must be >= 0 (0 turns the KL term off)")
+    _check(problems, r.num_generations >= 2, f"rollout.num_generations={r.num_generations} must be >= 2: GRPO compares completions within a group")
+    _check(problems, r.prompts_per_step >= 1, f"rollout.prompts_per_step={r.prompts_per_step} must be >= 1")
+    _check(problems, r.max_new_tokens >= 1, f"rollout.max_new_tokens={r.max_new_tokens} must be >= 1")
+    _check(problems, r.temperature > 0, f"rollout.temperature={r.temperature} must be > 0")
+    _check(problems, 0 < r.top_p <= 1, f"rollout.top_p={r.top_p} must be in (0, 1]")
+    _check(problems, r.top_k >= 0, f"rollout.top_k={r.top_k} must be >= 0 (0 = off)")
+    _check(problems, r.generation_batch_size >= 1, f"rollout.generation_batch_size={r.generation_batch_size} must be >= 1")
+    batch = r.prompts_per_step * r.num_generations
+    _check(
+        problems,
+        a.micro_batch_size >= 1 and batch % a.micro_batch_size == 0,
+        f"algorithm.micro_batch_size={a.micro_batch_size} must divide the generation batch "
+        f"rollout.prompts_per_step x rollout.num_generations = {batch}; try one of "
+        f"{[d for d in range(1, batch + 1) if batch % d == 0][-6:]}",
+    )
+    _check(problems, a.num_iterations >= 1, f"algorithm.num_iterations={a.num_iterations} must be >= 1")
+    _check(problems, 0 <= a.clip_low < 1, f"algorithm.clip_low={a.clip_low} must be in [0, 1)")
+    _check(problems, a.clip_high >= 0, f"algorithm.clip_high={a.clip_high} must be >= 0")
+    _check(problems, a.dual_clip is None or a.dual_clip > 1, f"algorithm.dual_clip={a.dual_clip} must be > 1 or null")
+    _check(problems, a.lr > 0, f"algorithm.lr={a.lr} must be > 0")
+    _check(problems, a.max_grad_norm > 0, f"algorithm.max_grad_norm={a.max_grad_norm} must be > 0")
+    _check(problems, a.max_consecutive_skips >= 1, f"algorithm.max_consecutive_skips={a.max_consecutive_skips} must be >= 1")
+    _check(problems, a.logprob_chunk_size >= 1, f"algorithm.logprob_chunk_size={a.logprob_chunk_size} must be >= 1")
+    _check(problems, t.max_steps >= 1, f"trainer.max_steps={t.max_steps} must be >= 1")
+    _check(problems, 0 <= cfg.task.val_fraction < 1, f"task.val_fraction={cfg.task.val_fraction} must be in [0, 1)")
+    if problems:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
+
+
+def field_help(config_cls: type) -> dict[str, str]:
+    """Field name -> help text of a config dataclass (used by tests and docs)."""
+    return {f.name: f.metadata.get("help", "") for f in fields(config_cls)}

@@ -1,0 +1,44 @@
+"""Load the policy and its tokenizer from the model config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from grpo_lightning.models.tiny import build_char_tokenizer, build_tiny_policy
+
+if TYPE_CHECKING:
+    from grpo_lightning.config import ModelConfig
+
+
+def load_policy(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """``name_or_path="tiny"`` builds the in-code model; anything else is a Hugging Face folder."""
+    if cfg.name_or_path == "tiny":
+        tokenizer = build_char_tokenizer(cfg.tiny.alphabet)
+        model = build_tiny_policy(
+            tokenizer,
+            hidden_size=cfg.tiny.hidden_size,
+            num_layers=cfg.tiny.num_layers,
+            num_heads=cfg.tiny.num_heads,
+            seed=cfg.tiny.init_seed,
+        )
+        return model, tokenizer
+    source = cfg.name_or_path
+    local = Path(source).expanduser()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(local) if local.exists() else source)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(local) if local.exists() else source, dtype="float32"
+        )
+    except OSError as err:
+        raise OSError(
+            f"model.name_or_path={source!r}: not a local folder, and it could not be loaded "
+            f"from the Hugging Face Hub (is there a network?). Pass a local folder with "
+            f"config.json and weights, or model=tiny. Cause: {err}"
+        ) from err
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return model, tokenizer

@@ -1,0 +1,14 @@
+"""Reward functions, their registry, and weighted scoring."""
+
+from grpo_lightning.rewards import arithmetic as _arithmetic  # noqa: F401  (registers rewards)
+from grpo_lightning.rewards.registry import REWARD_FUNCTIONS, get_reward, register_reward
+from grpo_lightning.rewards.scorer import RewardFunctionError, RewardScorer, WeightedReward
+
+__all__ = [
+    "REWARD_FUNCTIONS",
+    "RewardFunctionError",
+    "RewardScorer",
+    "WeightedReward",
+    "get_reward",
+    "register_reward",
+]

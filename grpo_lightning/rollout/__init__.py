@@ -1,0 +1,17 @@
+"""Rollout generation: the batch type, per-sample seeding, and the engines behind one interface."""
+
+from grpo_lightning.rollout.batch import RolloutBatch
+from grpo_lightning.rollout.engine import Completion, GenerationRequest, RolloutEngine, SamplingSettings
+from grpo_lightning.rollout.hf import HFEngine
+from grpo_lightning.rollout.seeding import group_seeds, sample_seed
+
+__all__ = [
+    "Completion",
+    "GenerationRequest",
+    "HFEngine",
+    "RolloutBatch",
+    "RolloutEngine",
+    "SamplingSettings",
+    "group_seeds",
+    "sample_seed",
+]

@@ -1,0 +1,50 @@
+"""The Hydra entry point: ``python -m grpo_lightning.train key=value ...``.
+
+Thin on purpose: compose and type-check the config, validate it before any model loads,
+build the run (``build.build_run``), fit.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from grpo_lightning.build import build_run
+from grpo_lightning.config import ConfigError, TrainConfig
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+
+
+def to_train_config(cfg: DictConfig) -> TrainConfig:
+    """The composed DictConfig as a typed ``TrainConfig`` (Hydra already type-checked it)."""
+    return OmegaConf.to_object(cfg)
+
+
+def run(cfg: TrainConfig) -> dict[str, float]:
+    """Train with ``cfg``; returns the last logged metrics."""
+    built = build_run(cfg)
+    trainer = built.trainer(cfg)
+    trainer.fit(built.module, datamodule=built.datamodule)
+    return {k: float(v) for k, v in trainer.logged_metrics.items()}
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    train_cfg = to_train_config(cfg)
+    try:
+        metrics = run(train_cfg)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    shown = {k: round(v, 4) for k, v in metrics.items() if k.split("/")[0] in ("reward", "kl", "train")}
+    print(f"final metrics: {shown}")
+
+
+if __name__ == "__main__":
+    main()
