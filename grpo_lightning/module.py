@@ -83,6 +83,13 @@ class GRPOModule(L.LightningModule):
         self._pending_rollout: RolloutBatch | None = None
         self.save_hyperparameters({"algorithm": asdict(self.cfg)})
 
+    def train(self, mode: bool = True) -> GRPOModule:
+        """Lightning switches the whole module to train mode; the reference stays in eval (no dropout)."""
+        super().train(mode)
+        if self.reference is not None:
+            self.reference.eval()
+        return self
+
     # ----------------------------------------------------------------------- hand-over
     def receive_rollout(self, rollout: RolloutBatch) -> None:
         """Called by the rollout callback before each training step."""

@@ -1,0 +1,59 @@
+"""Shared fixtures: one thread (faster on small CPUs), a tiny policy, real HF rollouts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grpo_lightning.callbacks import RolloutCallback
+from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
+from grpo_lightning.rewards import RewardScorer, register_reward
+from grpo_lightning.rollout import HFEngine, SamplingSettings
+
+torch.set_num_threads(1)
+
+
+@register_reward("test_length")
+def length_reward(prompts, completions, **_):
+    """Varies across any group of random completions: a non-zero advantage, always."""
+    return [len(c) / 10 for c in completions]
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return build_char_tokenizer()
+
+
+@pytest.fixture
+def policy(tokenizer):
+    return build_tiny_policy(tokenizer, seed=0)
+
+
+def make_rollout_callback(
+    policy, tokenizer, num_generations=4, max_new_tokens=8, seed=0, rewards=None, **sampling
+):
+    """A real RolloutCallback over the HF engine, usable without a Trainer."""
+    callback = RolloutCallback(
+        engine=HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id),
+        tokenizer=tokenizer,
+        scorer=RewardScorer.from_names(rewards or {"arithmetic_exact": 0.5, "arithmetic_close": 0.5}),
+        num_generations=num_generations,
+        sampling=SamplingSettings(max_new_tokens=max_new_tokens, **sampling),
+        seed=seed,
+    )
+    callback.engine = callback._engine_or_factory
+    return callback
+
+
+PROMPTS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(1, 2), (13, 4), (7, 7), (0, 9)]]
+
+
+@pytest.fixture
+def rollout(policy, tokenizer):
+    """A real generation batch: 4 prompts of different lengths x 4 completions of varied length,
+    with random rewards so that every group has a non-zero advantage spread."""
+    batch = make_rollout_callback(policy, tokenizer).make_rollout(PROMPTS, step=0, rank=0)
+    batch.rewards = torch.rand(batch.num_sequences, generator=torch.Generator().manual_seed(1))
+    lengths = batch.completion_mask.sum(dim=1)
+    assert lengths.min() < lengths.max(), "the fixture needs completions of varied lengths"
+    return batch

@@ -1,0 +1,55 @@
+"""F4 and F5 on the real module: exact gradient accumulation, and a zero loss with a gradient."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from grpo_lightning.algorithm import LOSS_AGG_MODES
+from grpo_lightning.config import AlgorithmConfig
+from grpo_lightning.module import GRPOModule
+
+
+def gradients(policy, rollout, **algorithm):
+    """Parameter gradients of one pass over ``rollout`` (no optimizer step)."""
+    module = GRPOModule(copy.deepcopy(policy), AlgorithmConfig(**algorithm))
+    stats = module.accumulate_gradients(rollout, module.prepare(rollout))
+    assert stats.finite_loss and stats.dropped_seqs == 0
+    return {n: p.grad.clone() for n, p in module.policy.named_parameters() if p.grad is not None}, stats
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+def test_one_micro_batch_of_16_equals_16_micro_batches_of_one(policy, rollout, mode, beta):
+    assert rollout.num_sequences == 16
+    whole, whole_stats = gradients(policy, rollout, micro_batch_size=16, loss_agg=mode, beta=beta)
+    split, split_stats = gradients(policy, rollout, micro_batch_size=1, loss_agg=mode, beta=beta)
+    assert whole.keys() == split.keys() and len(whole) > 0
+    for name in whole:
+        scale = whole[name].abs().max().clamp(min=1e-8)
+        assert (whole[name] - split[name]).abs().max() / scale < 1e-5, name
+    assert split_stats.loss == pytest.approx(whole_stats.loss, abs=1e-6)
+    assert sum(g.abs().sum() for g in whole.values()) > 0
+
+
+def test_loss_is_zero_but_gradient_is_not_with_beta_zero_one_iteration_seq_mean(policy, rollout):
+    grads, stats = gradients(
+        policy, rollout, beta=0.0, num_iterations=1, loss_agg="seq_mean_token_mean", micro_batch_size=4
+    )
+    assert abs(stats.loss) < 1e-6
+    assert sum(float(g.norm()) for g in grads.values()) > 1e-4
+
+
+def test_no_reference_model_without_kl(policy):
+    assert GRPOModule(policy, AlgorithmConfig(beta=0.0)).reference is None
+    with_kl = GRPOModule(policy, AlgorithmConfig(beta=0.1))
+    assert with_kl.reference is not None
+    assert not any(p.requires_grad for p in with_kl.reference.parameters())
+
+
+def test_reference_stays_in_eval_mode_when_the_module_trains(policy):
+    module = GRPOModule(policy, AlgorithmConfig(beta=0.1))
+    module.train()
+    assert module.policy.training and not module.reference.training

@@ -1,0 +1,129 @@
+"""F3: non-finite values never reach the weights; they are counted; persistent ones stop training."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+
+import grpo_lightning.module as module_lib
+from grpo_lightning.config import AlgorithmConfig
+from grpo_lightning.data import PromptDataModule, arithmetic_records
+from grpo_lightning.guards import NonFiniteTrainingError
+from grpo_lightning.module import GRPOModule
+
+from conftest import make_rollout_callback
+
+
+class Snapshots(L.Callback):
+    """Parameters and Adam state before and after every training step."""
+
+    def __init__(self):
+        self.before, self.after = [], []
+
+    @staticmethod
+    def _state(module):
+        params = {n: p.detach().clone() for n, p in module.policy.named_parameters()}
+        opt = module.optimizers().optimizer.state
+        moments = {id(p): s["exp_avg"].clone() for p, s in opt.items() if "exp_avg" in s}
+        return params, moments
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self.before.append(self._state(module))
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.after.append(self._state(module))
+
+
+def fit(policy, tokenizer, steps, *extra_callbacks, **algorithm):
+    train, _ = arithmetic_records()
+    data = PromptDataModule(train, prompts_per_step=4, num_batches=steps)
+    module = GRPOModule(policy, AlgorithmConfig(micro_batch_size=16, lr=1e-2, **algorithm))
+    rollout = make_rollout_callback(policy, tokenizer, max_new_tokens=4, rewards={"test_length": 1.0})
+    snapshots = Snapshots()
+    trainer = L.Trainer(
+        max_steps=steps, max_epochs=1, logger=False, enable_progress_bar=False,
+        enable_checkpointing=False, enable_model_summary=False, limit_val_batches=0,
+        callbacks=[rollout, snapshots, *extra_callbacks],
+    )
+    trainer.fit(module, datamodule=data)
+    return module, trainer, snapshots
+
+
+def all_finite(module):
+    return all(torch.isfinite(p).all() for p in module.policy.parameters())
+
+
+def changed(before, after):
+    return any(not torch.equal(before[0][n], after[0][n]) for n in before[0])
+
+
+def test_nan_logits_in_one_sample_drop_that_sample_and_training_goes_on(policy, tokenizer):
+    calls = {"n": 0}
+
+    def poison_row_zero_once(mod, inputs, output):
+        if not torch.is_grad_enabled():  # generation and frozen log-probs: leave alone
+            return output
+        calls["n"] += 1
+        if calls["n"] == 1:  # the first training forward only
+            output = output.clone()
+            output[0] = float("nan")
+            return output
+
+    handle = policy.lm_head.register_forward_hook(poison_row_zero_once)
+    try:
+        module, trainer, snaps = fit(policy, tokenizer, 3, beta=0.0)
+    finally:
+        handle.remove()
+    assert module.counters.nonfinite_seqs == 1
+    assert module.counters.skipped_steps == 0  # the other 15 sequences still trained the policy
+    assert trainer.global_step == 3
+    assert changed(snaps.before[0], snaps.after[0])
+    assert all_finite(module)
+
+
+def test_nan_loss_skips_the_step_without_touching_weights_or_optimizer(policy, tokenizer, monkeypatch):
+    real_aggregate, calls = module_lib.aggregate, {"n": 0}
+
+    def nan_on_second_step(*args, **kwargs):
+        calls["n"] += 1
+        loss = real_aggregate(*args, **kwargs)
+        return loss * float("nan") if calls["n"] == 2 else loss  # 1 micro-batch per step
+
+    monkeypatch.setattr(module_lib, "aggregate", nan_on_second_step)
+    module, trainer, snaps = fit(policy, tokenizer, 4, beta=0.04)
+    assert module.counters.skipped_steps == 1 and module.counters.nonfinite_losses == 1
+    params_before, moments_before = snaps.before[1]
+    params_after, moments_after = snaps.after[1]
+    assert all(torch.equal(params_before[n], params_after[n]) for n in params_before)
+    assert all(torch.equal(moments_before[k], moments_after[k]) for k in moments_before)
+    assert changed(snaps.before[2], snaps.after[2])  # training continued after the skip
+    assert trainer.global_step == 3  # 4 batches, one step skipped
+    assert all_finite(module)
+
+
+def test_nan_gradient_skips_the_step(policy, tokenizer):
+    calls = {"n": 0}
+
+    def nan_grad_on_first_backward(grad):
+        calls["n"] += 1
+        return grad * float("nan") if calls["n"] == 1 else grad
+
+    policy.model.embed_tokens.weight.register_hook(nan_grad_on_first_backward)
+    module, trainer, snaps = fit(policy, tokenizer, 3, beta=0.0)
+    assert module.counters.nonfinite_grads == 1 and module.counters.skipped_steps == 1
+    assert not changed(snaps.before[0], snaps.after[0])
+    assert changed(snaps.before[1], snaps.after[1])
+    assert all_finite(module)
+
+
+def test_consecutive_non_finite_steps_stop_training_with_a_diagnosis(policy, tokenizer, monkeypatch):
+    real_aggregate = module_lib.aggregate
+    monkeypatch.setattr(module_lib, "aggregate", lambda *a, **k: real_aggregate(*a, **k) * float("nan"))
+    with pytest.raises(NonFiniteTrainingError) as info:
+        fit(policy, tokenizer, 10, beta=0.0, max_consecutive_skips=3)
+    message = str(info.value)
+    assert "3 consecutive optimizer steps were skipped" in message
+    assert "loss was non-finite" in message
+    assert "algorithm.lr" in message and "No non-finite value was written" in message
+    assert all(torch.isfinite(p).all() for p in policy.parameters())

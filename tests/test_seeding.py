@@ -1,0 +1,73 @@
+"""F1 and F2 by construction: every sample has its own stream; runs repeat exactly."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from grpo_lightning.rollout import GenerationRequest, HFEngine, SamplingSettings, sample_seed
+from grpo_lightning.rollout.sampler import SeededSampler
+
+from conftest import PROMPTS, make_rollout_callback
+
+
+def test_seeds_are_distinct_across_rank_step_prompt_sample_and_deterministic():
+    keys = list(itertools.product([0, 1], [0, 1], range(2), range(3), range(8)))  # seed, rank, step, prompt, sample
+    seeds = [sample_seed(*key) for key in keys]
+    assert len(set(seeds)) == len(keys)
+    assert seeds == [sample_seed(*key) for key in keys]
+    assert all(0 <= s < 2**63 for s in seeds)
+
+
+def test_two_samples_of_a_group_differ(policy, tokenizer):
+    rollout = make_rollout_callback(policy, tokenizer, num_generations=8).make_rollout(PROMPTS, step=0, rank=0)
+    for group in range(rollout.num_groups):
+        texts = rollout.completions[group * 8 : (group + 1) * 8]
+        assert len(set(texts)) >= 6, texts  # 8 draws of 8 tokens from ~19 tokens: near-certainly distinct
+
+
+def test_same_run_repeated_gives_identical_completions(policy, tokenizer):
+    first = make_rollout_callback(policy, tokenizer, seed=3).make_rollout(PROMPTS, step=5, rank=0)
+    again = make_rollout_callback(policy, tokenizer, seed=3).make_rollout(PROMPTS, step=5, rank=0)
+    assert first.completions == again.completions
+    assert torch.equal(first.completion_ids, again.completion_ids)
+
+
+def test_consecutive_steps_ranks_and_run_seeds_give_different_completions(policy, tokenizer):
+    callback = make_rollout_callback(policy, tokenizer)
+    base = callback.make_rollout(PROMPTS, step=0, rank=0).completions
+    assert callback.make_rollout(PROMPTS, step=1, rank=0).completions != base
+    assert callback.make_rollout(PROMPTS, step=0, rank=1).completions != base
+    other_seed = make_rollout_callback(policy, tokenizer, seed=1).make_rollout(PROMPTS, step=0, rank=0)
+    assert other_seed.completions != base
+
+
+def test_a_sample_does_not_depend_on_its_batch_mates(policy, tokenizer):
+    engine = HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id)
+    sampling = SamplingSettings(max_new_tokens=8)
+    target = GenerationRequest(tokenizer("12+3=")["input_ids"], seed=sample_seed(0, 0, 0, 0, 0))
+    others = [GenerationRequest(tokenizer("1+1=")["input_ids"], seed=s) for s in range(5)]
+    alone = engine.generate([target], sampling)[0].token_ids
+    in_batch = engine.generate(others[:2] + [target] + others[2:], sampling)[2].token_ids
+    assert alone == in_batch
+
+
+def test_engine_logprobs_match_the_policy_distribution(policy, tokenizer):
+    engine = HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id)
+    prompt = tokenizer("4+4=")["input_ids"]
+    completion = engine.generate([GenerationRequest(prompt, seed=7)], SamplingSettings(max_new_tokens=5, temperature=0.8))[0]
+    ids = torch.tensor([prompt + completion.token_ids])
+    with torch.no_grad():
+        logits = policy(ids).logits[0, len(prompt) - 1 : -1] / 0.8
+    expected = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt) :, None]).squeeze(-1)
+    assert torch.allclose(torch.tensor(completion.logprobs), expected, atol=1e-5)
+
+
+def test_top_k_one_is_greedy_and_top_p_keeps_the_nucleus():
+    logits = torch.tensor([[0.0, 3.0, 1.0, 2.9], [5.0, 0.0, 0.0, 0.0]])
+    greedy = SeededSampler([1, 2], SamplingSettings(top_k=1))
+    assert greedy.draw(logits)[0].tolist() == [1, 0]
+    nucleus = SeededSampler(list(range(200)), SamplingSettings(top_p=0.6))
+    drawn = nucleus.draw(logits[:1].expand(200, -1))[0]
+    assert set(drawn.tolist()) == {1, 3}  # the two tokens holding 0.6 of the mass; never 0 or 2
