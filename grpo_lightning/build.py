@@ -15,7 +15,7 @@ import torch
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from transformers import PreTrainedTokenizerBase
 
-from grpo_lightning.callbacks import RolloutCallback
+from grpo_lightning.callbacks import RolloutCallback, TrainingSummary
 from grpo_lightning.config import TrainConfig, validate_config
 from grpo_lightning.data import PromptDataModule, arithmetic_records
 from grpo_lightning.models import load_policy
@@ -102,4 +102,4 @@ def build_run(cfg: TrainConfig) -> Run:
         sampling=sampling,
         seed=cfg.trainer.seed,
     )
-    return Run(module, datamodule, [rollout], build_logger(cfg), tokenizer, rollout)
+    return Run(module, datamodule, [rollout, TrainingSummary()], build_logger(cfg), tokenizer, rollout)

@@ -14,6 +14,7 @@ rollout callback) and runs ``num_iterations`` optimizer passes over it:
 from __future__ import annotations
 
 import copy
+import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 
@@ -33,6 +34,9 @@ from grpo_lightning.algorithm import (
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.guards import NonFiniteCounters, NonFiniteTrainingError
 from grpo_lightning.rollout.batch import RolloutBatch
+
+# The frozen reference model is in eval mode on purpose (see GRPOModule.train).
+warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode", category=UserWarning)
 
 
 @dataclass

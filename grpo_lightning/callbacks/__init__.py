@@ -1,5 +1,6 @@
 """Callbacks: rollout generation (and, in later issues, weight sync and health monitoring)."""
 
 from grpo_lightning.callbacks.rollout import RolloutCallback
+from grpo_lightning.callbacks.summary import TrainingSummary
 
-__all__ = ["RolloutCallback"]
+__all__ = ["RolloutCallback", "TrainingSummary"]
