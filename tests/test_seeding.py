@@ -71,3 +71,31 @@ def test_top_k_one_is_greedy_and_top_p_keeps_the_nucleus():
     nucleus = SeededSampler(list(range(200)), SamplingSettings(top_p=0.6))
     drawn = nucleus.draw(logits[:1].expand(200, -1))[0]
     assert set(drawn.tolist()) == {1, 3}  # the two tokens holding 0.6 of the mass; never 0 or 2
+
+
+def test_resume_from_a_checkpoint_continues_the_seed_steps(tokenizer, tmp_path):
+    """Seeds derive from the generation-batch count, which the checkpoint restores: a resumed
+    run never replays the seeds of steps it already took."""
+    import lightning as L
+
+    from grpo_lightning.config import AlgorithmConfig
+    from grpo_lightning.data import PromptDataModule, arithmetic_records
+    from grpo_lightning.models import build_tiny_policy
+    from grpo_lightning.module import GRPOModule
+
+    def fit(checkpoint_every=None, resume_from=None):
+        policy = build_tiny_policy(tokenizer)
+        callback = make_rollout_callback(policy, tokenizer, max_new_tokens=4)
+        steps, make = [], callback.make_rollout
+        callback.make_rollout = lambda records, step, rank: steps.append(step) or make(records, step, rank)
+        extra = [L.pytorch.callbacks.ModelCheckpoint(tmp_path, every_n_train_steps=checkpoint_every, save_top_k=-1)] if checkpoint_every else []
+        trainer = L.Trainer(
+            max_steps=4, max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+            enable_checkpointing=bool(extra), callbacks=[callback, *extra],
+        )
+        data = PromptDataModule(arithmetic_records()[0], prompts_per_step=4, num_batches=4)
+        trainer.fit(GRPOModule(policy, AlgorithmConfig(micro_batch_size=16)), datamodule=data, ckpt_path=resume_from)
+        return steps
+
+    assert fit(checkpoint_every=2) == [0, 1, 2, 3]
+    assert fit(resume_from=str(tmp_path / "epoch=0-step=2.ckpt")) == [2, 3]
