@@ -82,7 +82,7 @@ class AlgorithmConfig:
     warmup_steps: int = _f(0, "Linear learning-rate warm-up steps.")
     max_grad_norm: float = _f(1.0, "Gradient norm clip (> 0).")
     max_consecutive_skips: int = _f(3, "Stop with a diagnosis after this many consecutive skipped (non-finite) steps.")
-    logprob_chunk_size: int = _f(4096, "Rows of logits upcast to float32 at a time in the log-prob computation.")
+    logprob_chunk_size: int = _f(512, "Token positions whose logits exist at once in the log-prob computation (memory bound).")
 
 
 @dataclass

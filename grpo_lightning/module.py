@@ -27,6 +27,7 @@ from grpo_lightning.algorithm import (
     aggregate,
     group_advantages,
     kl_estimate,
+    lm_head_log_probs,
     loss_normalizer,
     policy_loss,
     selective_log_probs,
@@ -63,6 +64,16 @@ class StepResult:
     passes: list[PassStats] = field(default_factory=list)
     grad_norms: list[float] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # one reason per skipped optimizer step
+
+
+def _plain_output_head(model: nn.Module) -> nn.Linear | None:
+    """The output head if logits are exactly ``head(decoder(x))`` (no soft-capping or scaling)."""
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+        return None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    return head if isinstance(head, nn.Linear) and decoder is not None else None
 
 
 class GRPOModule(L.LightningModule):
@@ -113,20 +124,22 @@ class GRPOModule(L.LightningModule):
         self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
         prompt_width: int, temperature: float, with_entropy: bool = False,
     ) -> TokenLogProbs:
-        """Float32 log-probs [B, C] of the completion tokens (columns from ``prompt_width`` on)."""
+        """Float32 log-probs [B, C] of the completion tokens (columns from ``prompt_width`` on).
+
+        Models with a plain linear output head go through the decoder and then the head a
+        chunk of rows at a time (:func:`lm_head_log_probs`: no [B, T, V] logits tensor);
+        others through their full logits, upcast a chunk at a time.
+        """
         position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-        num_completion = input_ids.shape[1] - prompt_width
-        logits = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=False,
-            logits_to_keep=num_completion + 1,
-        ).logits[:, :-1]
-        return selective_log_probs(
-            logits, input_ids[:, prompt_width:], temperature=temperature,
-            chunk_size=self.cfg.logprob_chunk_size, with_entropy=with_entropy,
-        )
+        targets = input_ids[:, prompt_width:]
+        inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+        options = dict(temperature=temperature, chunk_size=self.cfg.logprob_chunk_size, with_entropy=with_entropy)
+        head = _plain_output_head(model)
+        if head is not None:
+            hidden = model.get_decoder()(**inputs).last_hidden_state[:, prompt_width - 1 : -1]
+            return lm_head_log_probs(hidden, head, targets, **options)
+        logits = model(**inputs, logits_to_keep=targets.shape[1] + 1).logits[:, :-1]
+        return selective_log_probs(logits, targets, **options)
 
     def _micro_batches(self, rollout: RolloutBatch):
         """Row slices of ``micro_batch_size``, each trimmed of all-padding columns."""

@@ -174,3 +174,26 @@ def test_non_finite_logits_are_flagged_and_never_reach_the_gradient():
     out.logp.sum().backward()
     assert torch.isfinite(logits.grad).all()
     assert logits.grad[0, 1].abs().sum() == 0  # the poisoned position got no gradient
+
+
+@pytest.mark.parametrize("chunk_size", [3, 1024])
+def test_lm_head_log_probs_match_full_logits_in_value_and_gradient(chunk_size):
+    from grpo_lightning.algorithm import lm_head_log_probs
+
+    gen = torch.Generator().manual_seed(0)
+    head = torch.nn.Linear(8, 30, bias=False)
+    hidden = torch.randn(2, 5, 8, generator=gen, requires_grad=True)
+    targets = torch.randint(0, 30, (2, 5), generator=gen)
+    weights = torch.rand(2, 5, generator=gen)
+
+    ours = lm_head_log_probs(hidden, head, targets, temperature=0.9, chunk_size=chunk_size, with_entropy=True)
+    (ours.logp * weights).sum().backward()
+    ours_grads = hidden.grad.clone(), head.weight.grad.clone()
+    hidden.grad, head.weight.grad = None, None
+
+    plain = torch.log_softmax(head(hidden) / 0.9, dim=-1)
+    (plain.gather(-1, targets[..., None]).squeeze(-1) * weights).sum().backward()
+    assert torch.allclose(ours.logp, plain.gather(-1, targets[..., None]).squeeze(-1), atol=1e-5)
+    assert torch.allclose(ours.entropy, -(plain.exp() * plain).sum(-1), atol=1e-5)
+    assert torch.allclose(ours_grads[0], hidden.grad, atol=1e-5)
+    assert torch.allclose(ours_grads[1], head.weight.grad, atol=1e-5)

@@ -8,7 +8,7 @@ from grpo_lightning.algorithm.aggregation import (
     loss_normalizer,
 )
 from grpo_lightning.algorithm.kl import KL_ESTIMATORS, kl_estimate
-from grpo_lightning.algorithm.logprobs import TokenLogProbs, selective_log_probs
+from grpo_lightning.algorithm.logprobs import TokenLogProbs, lm_head_log_probs, selective_log_probs
 from grpo_lightning.algorithm.policy_loss import PolicyLossOutput, policy_loss
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "aggregate_numerator",
     "group_advantages",
     "kl_estimate",
+    "lm_head_log_probs",
     "loss_normalizer",
     "policy_loss",
     "selective_log_probs",
