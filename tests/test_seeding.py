@@ -99,3 +99,17 @@ def test_resume_from_a_checkpoint_continues_the_seed_steps(tokenizer, tmp_path):
 
     assert fit(checkpoint_every=2) == [0, 1, 2, 3]
     assert fit(resume_from=str(tmp_path / "epoch=0-step=2.ckpt")) == [2, 3]
+
+
+def test_sampled_tokens_follow_the_distribution():
+    """20k samples, each its own seed: token frequencies match softmax(logits / T) to 0.015."""
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, 0.5]])
+    sampling = SamplingSettings(temperature=0.8)
+    sampler = SeededSampler([sample_seed(0, 0, 0, i, 0) for i in range(20000)], sampling)
+    tokens, logprobs = sampler.draw(logits.expand(20000, -1))
+    expected = torch.softmax(logits[0] / 0.8, dim=-1)
+    observed = torch.bincount(tokens, minlength=5).float() / 20000
+    assert (observed - expected).abs().max() < 0.015, (observed, expected)
+    assert torch.allclose(logprobs, expected.log()[tokens], atol=1e-6)
+    second_draw = sampler.draw(logits.expand(20000, -1))[0]
+    assert (second_draw != tokens).float().mean() > 0.3  # the stream moves on at each position

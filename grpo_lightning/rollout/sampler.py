@@ -24,25 +24,57 @@ def filter_logits(logits: torch.Tensor, sampling: SamplingSettings) -> torch.Ten
     return z
 
 
-class SeededSampler:
-    """Draws the next token of row i from ``torch.Generator(seed_i)``: one stream per sample.
+def _signed(value: int) -> int:
+    """A 64-bit constant as the signed int64 torch stores."""
+    return value - (1 << 64) if value >= 1 << 63 else value
 
-    Inverse-CDF sampling with one uniform per row and step, so a sample's tokens depend on
-    its own seed and logits only, not on which other samples share the batch.
+
+_GOLDEN = _signed(0x9E3779B97F4A7C15)
+_MIX1 = _signed(0xBF58476D1CE4E5B9)
+_MIX2 = _signed(0x94D049BB133111EB)
+
+
+def _logical_shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """``x >> bits`` on the unsigned 64-bit pattern of an int64 tensor."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def counter_uniforms(seeds: torch.Tensor, counter: int) -> torch.Tensor:
+    """Uniforms in [0, 1), one per seed: SplitMix64 of (seed, counter), vectorized.
+
+    A counter-based stream: draw ``counter`` of sample i depends on seed i and the counter
+    only, so a batch of any size costs a handful of tensor ops (no per-row generator) and a
+    sample draws the same numbers whichever samples share its batch. int64 products wrap
+    modulo 2^64, which is what SplitMix64 needs.
+    """
+    z = seeds + torch.full_like(seeds, counter + 1) * _GOLDEN
+    z = (z ^ _logical_shift_right(z, 30)) * _MIX1
+    z = (z ^ _logical_shift_right(z, 27)) * _MIX2
+    z = z ^ _logical_shift_right(z, 31)
+    return _logical_shift_right(z, 11).double() * (1.0 / (1 << 53))
+
+
+class SeededSampler:
+    """Draws the next token of row i from the stream of ``seed_i``: one stream per sample.
+
+    Inverse-CDF sampling with one uniform per row and step (:func:`counter_uniforms`), so a
+    sample's tokens depend on its own seed and logits only, not on its batch mates.
     """
 
     def __init__(self, seeds: list[int], sampling: SamplingSettings):
-        self.generators = [torch.Generator().manual_seed(seed) for seed in seeds]
+        self.seeds = torch.tensor(seeds, dtype=torch.int64)
         self.sampling = sampling
+        self.position = 0
 
     def draw(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Next tokens [B] and their log-probs [B] under the filtered distribution."""
         z = filter_logits(logits, self.sampling)
         log_probs = torch.log_softmax(z, dim=-1)
-        uniforms = torch.stack([torch.rand((), generator=g) for g in self.generators])
-        cdf = log_probs.exp().cumsum(dim=-1)
-        uniforms = uniforms.to(cdf.device).unsqueeze(-1) * cdf[:, -1:]
-        tokens = torch.searchsorted(cdf, uniforms).squeeze(-1).clamp(max=z.shape[-1] - 1)
+        uniforms = counter_uniforms(self.seeds, self.position).to(logits.device)
+        self.position += 1
+        cdf = log_probs.double().exp().cumsum(dim=-1)
+        targets = (uniforms * cdf[:, -1]).unsqueeze(-1)
+        tokens = torch.searchsorted(cdf, targets).squeeze(-1).clamp(max=z.shape[-1] - 1)
         # A token with zero mass can only be hit through float ties at the CDF's edge.
         tokens = torch.where(torch.isfinite(z.gather(-1, tokens[:, None]).squeeze(-1)), tokens, z.argmax(-1))
         return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
