@@ -96,6 +96,10 @@ def test_clipping_hand_computed():
     assert torch.allclose(out.loss, torch.tensor([[-1.3, -0.5, 1.5, 0.8]]))
     assert out.clipped_high.tolist() == [[True, False, False, False]]
     assert out.clipped_low.tolist() == [[False, False, False, True]]
+    low, high = out.clip_fractions(torch.tensor([[1, 1, 1, 1]]))
+    assert (low.item(), high.item()) == (0.25, 0.25)
+    low, high = out.clip_fractions(torch.tensor([[0, 1, 1, 0]]))  # both clipped tokens masked out
+    assert (low.item(), high.item()) == (0.0, 0.0)
 
 
 def test_dual_clip_bounds_negative_advantages():

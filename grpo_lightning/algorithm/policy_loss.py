@@ -18,6 +18,12 @@ class PolicyLossOutput(NamedTuple):
     clipped_high: torch.Tensor  # [B, T] bool: ratio > 1 + clip_high and A > 0
     dual_clipped: torch.Tensor  # [B, T] bool: the dual clip bound the loss (A < 0)
 
+    def clip_fractions(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fractions of the masked tokens clipped below and above (TRL's clip_ratio/low, /high)."""
+        mask = mask.float()
+        count = mask.sum().clamp(min=1.0)
+        return (self.clipped_low.float() * mask).sum() / count, (self.clipped_high.float() * mask).sum() / count
+
 
 def policy_loss(
     logp: torch.Tensor,
