@@ -182,7 +182,7 @@ def main() -> None:
     parser.add_argument("--model-dir", help="local SmolLM2-135M-Instruct folder (setting smollm2)")
     parser.add_argument("--repeats", type=int, default=2, help="alternations of the two trainers")
     parser.add_argument("--warmup", type=int, default=2, help="first steps of each run left out")
-    parser.add_argument("--json", default="benchmarks/results/trl_vs_ours.json")
+    parser.add_argument("--json", help="results file (default benchmarks/results/trl_vs_ours_<setting>.json)")
     parser.add_argument("--child", choices=["trl", "ours"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.setting == "smollm2" and not args.model_dir:
@@ -211,6 +211,7 @@ def main() -> None:
     for label, key, fmt in rows:
         ours, trl = table["ours"][key], table["trl"][key]
         print(f"{label:<22}{fmt.format(ours):>10}{fmt.format(trl):>10}{ours / trl:>10.2f}")
+    args.json = args.json or f"benchmarks/results/trl_vs_ours_{args.setting}.json"
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     import trl
 

@@ -82,7 +82,7 @@ class AlgorithmConfig:
     warmup_steps: int = _f(0, "Linear learning-rate warm-up steps.")
     max_grad_norm: float = _f(1.0, "Gradient norm clip (> 0).")
     max_consecutive_skips: int = _f(3, "Stop with a diagnosis after this many consecutive skipped (non-finite) steps.")
-    logprob_chunk_size: int = _f(512, "Token positions whose logits exist at once in the log-prob computation (memory bound).")
+    logprob_chunk_mb: float = _f(96.0, "Memory budget (MB) of the float32 logits that exist at once in the log-prob computation; token positions go through the output head in chunks that fit it.")
 
 
 @dataclass
@@ -168,7 +168,7 @@ def validate_config(cfg: TrainConfig) -> None:
     _check(problems, a.lr > 0, f"algorithm.lr={a.lr} must be > 0")
     _check(problems, a.max_grad_norm > 0, f"algorithm.max_grad_norm={a.max_grad_norm} must be > 0")
     _check(problems, a.max_consecutive_skips >= 1, f"algorithm.max_consecutive_skips={a.max_consecutive_skips} must be >= 1")
-    _check(problems, a.logprob_chunk_size >= 1, f"algorithm.logprob_chunk_size={a.logprob_chunk_size} must be >= 1")
+    _check(problems, a.logprob_chunk_mb > 0, f"algorithm.logprob_chunk_mb={a.logprob_chunk_mb} must be > 0")
     _check(problems, t.max_steps >= 1, f"trainer.max_steps={t.max_steps} must be >= 1")
     _check(problems, 0 <= cfg.task.val_fraction < 1, f"task.val_fraction={cfg.task.val_fraction} must be in [0, 1)")
     if problems:

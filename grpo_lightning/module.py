@@ -133,13 +133,18 @@ class GRPOModule(L.LightningModule):
         position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
         targets = input_ids[:, prompt_width:]
         inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
-        options = dict(temperature=temperature, chunk_size=self.cfg.logprob_chunk_size, with_entropy=with_entropy)
         head = _plain_output_head(model)
         if head is not None:
             hidden = model.get_decoder()(**inputs).last_hidden_state[:, prompt_width - 1 : -1]
-            return lm_head_log_probs(hidden, head, targets, **options)
+            rows = self._chunk_rows(head.out_features)
+            return lm_head_log_probs(hidden, head, targets, temperature, rows, with_entropy)
         logits = model(**inputs, logits_to_keep=targets.shape[1] + 1).logits[:, :-1]
-        return selective_log_probs(logits, targets, **options)
+        rows = self._chunk_rows(logits.shape[-1])
+        return selective_log_probs(logits, targets, temperature, rows, with_entropy)
+
+    def _chunk_rows(self, vocab_size: int) -> int:
+        """Token positions per chunk so that their float32 logits fit ``logprob_chunk_mb``."""
+        return max(1, int(self.cfg.logprob_chunk_mb * 2**20) // (4 * vocab_size))
 
     def _micro_batches(self, rollout: RolloutBatch):
         """Row slices of ``micro_batch_size``, each trimmed of all-padding columns."""
