@@ -121,8 +121,25 @@ class VLLMEngine:
         return self._worker.submit(fn, *args, **kwargs)
 
     # ------------------------------------------------------------------ generation
+    def _blocking(self, future: Future):
+        """Wait for ``future`` and give the caller back its torch RNG state.
+
+        vLLM's CPU sampler draws a throw-away seed per row from the global torch generator
+        before overwriting it with the request's own seed: samples do not depend on it, but
+        the trainer's stream would advance. The caller is blocked meanwhile, so restoring is
+        exact. (Async generation overlaps with training; see docs/vllm.md.)
+        """
+        torch_state = torch.get_rng_state()
+        cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        try:
+            return future.result()
+        finally:
+            torch.set_rng_state(torch_state)
+            if cuda_state is not None:
+                torch.cuda.set_rng_state_all(cuda_state)
+
     def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
-        return self.generate_async(requests, sampling).result()
+        return self._blocking(self.generate_async(requests, sampling))
 
     def generate_async(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> Future:
         """Queue a generation behind every call submitted before it; returns its future.
@@ -178,7 +195,7 @@ class VLLMEngine:
         Read from vLLM's prompt log-probs of the concatenated sequence: what the weight-sync
         check compares with the trainer's log-probs of the same tokens.
         """
-        return self._submit(self._sequence_logprobs, list(prompt_ids), list(completion_ids)).result()
+        return self._blocking(self._submit(self._sequence_logprobs, list(prompt_ids), list(completion_ids)))
 
     def _sequence_logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
         from vllm import SamplingParams
@@ -202,7 +219,7 @@ class VLLMEngine:
         # No copy: the caller (the weight-sync callback) blocks until the reload is done, so
         # the policy cannot change underneath it.
         snapshot = [(name, tensor.detach()) for name, tensor in named_tensors]
-        return self._submit(self._load_weights, snapshot).result()
+        return self._blocking(self._submit(self._load_weights, snapshot))
 
     def _load_weights(self, snapshot: list[tuple[str, torch.Tensor]]) -> float:
         start = time.perf_counter()
