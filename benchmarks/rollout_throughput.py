@@ -4,12 +4,13 @@ Baselines, all on the same machine and the same policy (tiny in-code Llama, floa
 
 1. rollout tokens/s for one generation batch of 32 prompts x 8 samples x 64 new tokens,
    HF engine (per-sample seeded sampling inside ``generate``) vs the vLLM engine (one seeded
-   request per sample); a warm-up batch first, then the median of ``--repeats`` batches;
+   request per sample), same prompts and seeds; a warm-up batch each, then the median of
+   ``--repeats`` batches, the two engines interleaved so machine load hits both alike;
 2. the vLLM engine's start time (folder written, ``LLM`` built) and the seconds of one
    in-memory weight sync (``reload_weights`` + prefix-cache reset);
 3. the training step time on the default task (``conf/`` defaults, rollout.engine=vllm) in
    sync mode vs async mode (one step stale), measured from step ``--skip`` on so the engine
-   start and the first steps are not counted.
+   start and the first steps are not counted; ``--rounds`` runs of each mode, alternated.
 
 Usage: ``python benchmarks/rollout_throughput.py [--steps 60] [--threads 1]``; prints a table
 and writes JSON to ``--out`` when given.
@@ -39,17 +40,28 @@ def rollout_requests(tokenizer, num_prompts: int, num_samples: int, step: int) -
     return [GenerationRequest(i, s) for i, s in zip(ids, seeds)]
 
 
-def throughput(engine, tokenizer, sampling: SamplingSettings, repeats: int, num_prompts: int, num_samples: int) -> dict:
-    engine.generate(rollout_requests(tokenizer, num_prompts, num_samples, step=999), sampling)  # warm-up
-    rates, seconds = [], []
+def throughput(engines: dict, tokenizer, sampling: SamplingSettings, repeats: int, num_prompts: int, num_samples: int) -> dict:
+    """Median tokens/s and batch seconds per engine, batches interleaved engine after engine.
+
+    Interleaving puts both engines under the same machine load (the cores are shared), and
+    both sample the same prompts with the same per-sample seeds.
+    """
+    for engine in engines.values():
+        engine.generate(rollout_requests(tokenizer, num_prompts, num_samples, step=999), sampling)  # warm-up
+    rates = {name: [] for name in engines}
+    seconds = {name: [] for name in engines}
     for step in range(repeats):
         requests = rollout_requests(tokenizer, num_prompts, num_samples, step)
-        start = time.perf_counter()
-        completions = engine.generate(requests, sampling)
-        elapsed = time.perf_counter() - start
-        rates.append(sum(len(c.token_ids) for c in completions) / elapsed)
-        seconds.append(elapsed)
-    return {"tokens_per_s": statistics.median(rates), "batch_seconds": statistics.median(seconds)}
+        for name, engine in engines.items():
+            start = time.perf_counter()
+            completions = engine.generate(requests, sampling)
+            elapsed = time.perf_counter() - start
+            rates[name].append(sum(len(c.token_ids) for c in completions) / elapsed)
+            seconds[name].append(elapsed)
+    return {
+        name: {"tokens_per_s": statistics.median(rates[name]), "batch_seconds": statistics.median(seconds[name])}
+        for name in engines
+    }
 
 
 class StepTimer(L.Callback):
@@ -87,6 +99,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--skip", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=2, help="sync/async training runs, alternated")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="where the HF policy runs (cpu or cuda)")
     parser.add_argument("--out-of-process", action="store_true", help="run vLLM's engine core in its own process (weights synced through a safetensors folder)")
@@ -103,23 +116,24 @@ def main() -> None:
     results: dict[str, float] = {}
 
     hf = HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id, batch_size=args.prompts * args.samples)
-    r = throughput(hf, tokenizer, sampling, args.repeats, args.prompts, args.samples)
-    results["hf_tokens_per_s"], results["hf_batch_seconds"] = r["tokens_per_s"], r["batch_seconds"]
-
     start = time.perf_counter()
     engine = VLLMEngine.from_policy(policy, tokenizer, VLLMSettings(max_model_len=128, in_process=not args.out_of_process))
     results["vllm_start_seconds"] = time.perf_counter() - start
-    r = throughput(engine, tokenizer, sampling, args.repeats, args.prompts, args.samples)
-    results["vllm_tokens_per_s"], results["vllm_batch_seconds"] = r["tokens_per_s"], r["batch_seconds"]
+    measured = throughput({"hf": hf, "vllm": engine}, tokenizer, sampling, args.repeats, args.prompts, args.samples)
+    for name, r in measured.items():
+        results[f"{name}_tokens_per_s"], results[f"{name}_batch_seconds"] = r["tokens_per_s"], r["batch_seconds"]
     syncs = [engine.load_weights(policy.state_dict().items()) for _ in range(5)]
     results["vllm_sync_seconds"] = statistics.median(syncs)
 
     if not args.no_train:
-        sync = step_time("sync", args.steps, args.skip, engine=engine)
-        asyn = step_time("async", args.steps, args.skip, engine=engine)
-        results["train_sync_seconds_per_step"] = sync["seconds_per_step"]
-        results["train_async_seconds_per_step"] = asyn["seconds_per_step"]
-        results["async_speedup"] = sync["seconds_per_step"] / asyn["seconds_per_step"]
+        # Alternate the modes (sync, async, sync, async, ...) so load changes hit both alike.
+        per_step = {"sync": [], "async": []}
+        for _ in range(args.rounds):
+            for mode in per_step:
+                per_step[mode].append(step_time(mode, args.steps, args.skip, engine=engine)["seconds_per_step"])
+        results["train_sync_seconds_per_step"] = statistics.median(per_step["sync"])
+        results["train_async_seconds_per_step"] = statistics.median(per_step["async"])
+        results["async_speedup"] = results["train_sync_seconds_per_step"] / results["train_async_seconds_per_step"]
 
     width = max(len(k) for k in results)
     print(f"\nrollout: {args.prompts} prompts x {args.samples} samples x {args.tokens} tokens, "
