@@ -127,3 +127,17 @@ def test_verify_sync_fails_loudly_when_engine_and_policy_differ(vllm_session):
         sync.check(module)
     seconds = sync.sync(module, step=1)  # pushes and verifies
     assert seconds > 0 and sync.last_probe_diff <= 1e-4
+
+
+def test_ranks_draw_different_samples_of_the_same_group(vllm_session):
+    """F2: the shares of one group produced on two ranks are not the same sequences."""
+    engine, tok = vllm_session.engine, vllm_session.tokenizer
+    engine.load_weights(build_tiny_policy(tok).state_dict().items())
+    prompt = tok("6+1=")["input_ids"]
+    by_rank = [
+        [tuple(c.token_ids) for c in engine.generate(
+            [GenerationRequest(prompt, s) for s in group_seeds(0, rank, 7, 1, 8)], SamplingSettings(12, 1.0)
+        )]
+        for rank in (0, 1)
+    ]
+    assert len(set(by_rank[0]) | set(by_rank[1])) >= 15

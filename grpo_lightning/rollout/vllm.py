@@ -239,5 +239,12 @@ class VLLMEngine:
         return self._sync_dir.name
 
     def close(self) -> None:
-        """Finish queued work and stop the worker thread (the engine is unusable after)."""
+        """Finish queued work, stop an out-of-process engine core, stop the worker thread.
+
+        The engine is unusable after. An in-process engine is freed with the object.
+        """
+        if not self.settings.in_process:
+            core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+            if core is not None and hasattr(core, "shutdown"):
+                self._submit(core.shutdown).result()
         self._worker.shutdown(wait=True)
