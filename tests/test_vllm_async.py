@@ -75,3 +75,4 @@ def test_async_training_with_importance_sampling_logs_the_mismatch(vllm_session,
     assert float(metrics["rollout/logp_diff_mean"]) > 1e-4  # one step off-policy at lr 1e-2
     assert 1.0 < float(metrics["rollout/is_ratio_max"])
     assert float(metrics["rollout/sync_seconds"]) > 0
+    assert float(metrics["rollout/sync_probe_diff"]) < 1e-4  # after GRPO steps at lr 1e-2

@@ -35,6 +35,9 @@ def small_config(steps: int, mode: str = "sync", staleness: int = 1, max_new_tok
     cfg.rollout.max_new_tokens = max_new_tokens
     cfg.algorithm.micro_batch_size = 32
     cfg.algorithm.lr = lr
+    # Every sync of these runs (after each GRPO optimizer step) is checked against the policy.
+    cfg.rollout.vllm.verify_sync = True
+    cfg.rollout.vllm.verify_tolerance = 1e-4
     return cfg
 
 
