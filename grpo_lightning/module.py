@@ -7,7 +7,8 @@ rollout callback) and runs ``num_iterations`` optimizer passes over it:
 2. the loss normalizer of the chosen aggregation mode, over the whole batch and all ranks;
 3. reference log-probs (only when beta > 0) and old log-probs (only when num_iterations > 1),
    once, without gradient;
-4. per pass: micro-batch forward, per-token clipped loss + beta x KL, aggregated with the
+4. per pass: micro-batch forward, per-token clipped loss (times the truncated importance
+   weight pi_old / pi_engine when ``is_level`` is not none) + beta x KL, aggregated with the
    global normalizer, backward; then the NaN guard, gradient clipping and the optimizer step.
 """
 
