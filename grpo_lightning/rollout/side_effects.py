@@ -9,6 +9,7 @@ what the trainer owns and puts it back when the block ends.
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 from collections.abc import Iterator
@@ -22,13 +23,14 @@ import torch
 
 @dataclass
 class ProcessState:
-    """The global state a training loop relies on; comparable with ``==`` in tests."""
+    """The global state a training loop relies on; compared with :meth:`same_as` in tests."""
 
     torch_rng: torch.Tensor
     cuda_rng: list[torch.Tensor]
     numpy_rng: Any
     python_rng: Any
     num_threads: int
+    affinity: frozenset[int] | None  # the calling thread's CPU affinity (Linux), None elsewhere
 
     @classmethod
     def capture(cls) -> ProcessState:
@@ -38,6 +40,7 @@ class ProcessState:
             numpy_rng=np.random.get_state(),
             python_rng=random.getstate(),
             num_threads=torch.get_num_threads(),
+            affinity=frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         )
 
     def same_as(self, other: ProcessState) -> bool:
@@ -51,6 +54,7 @@ class ProcessState:
             and self.numpy_rng[2:] == other.numpy_rng[2:]
             and self.python_rng == other.python_rng
             and self.num_threads == other.num_threads
+            and self.affinity == other.affinity
         )
 
     def restore(self) -> None:
@@ -60,6 +64,8 @@ class ProcessState:
         np.random.set_state(self.numpy_rng)
         random.setstate(self.python_rng)
         torch.set_num_threads(self.num_threads)
+        if self.affinity is not None and frozenset(os.sched_getaffinity(0)) != self.affinity:
+            os.sched_setaffinity(0, self.affinity)
 
 
 def _set_num_threads_except_in(original, engine_thread: int):
