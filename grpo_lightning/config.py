@@ -11,9 +11,10 @@ import copy
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Optional
 
-from grpo_lightning.algorithm import ADVANTAGE_SCALES, KL_ESTIMATORS, LOSS_AGG_MODES
+from grpo_lightning.algorithm import ADVANTAGE_SCALES, IS_LEVELS, KL_ESTIMATORS, LOSS_AGG_MODES
 
-ENGINES = ("hf",)
+ENGINES = ("hf", "vllm")
+ROLLOUT_MODES = ("sync", "async")
 LOGGERS = ("wandb", "csv", "none")
 TASKS = ("arithmetic",)
 
@@ -54,6 +55,19 @@ class TaskConfig:
 
 
 @dataclass
+class VLLMConfig:
+    in_process: bool = _f(True, "Run vLLM inside the training process (colocated; weights synced in memory). false: a separate engine process, weights synced through a safetensors folder.")
+    kv_cache_gib: float = _f(1.0, "KV-cache budget in GiB (CPU: VLLM_CPU_KVCACHE_SPACE; GPU: kv_cache_memory_bytes). Bounds the engine's memory next to the trainer.")
+    gpu_memory_utilization: float = _f(0.3, "GPU only: fraction of GPU memory vLLM may use for weights and activations; leave room for training.")
+    max_model_len: Optional[int] = _f(None, "Longest prompt + completion the engine accepts; null takes the model's max_position_embeddings.")
+    dtype: str = _f("float32", "Engine weights dtype: float32 makes engine and trainer log-probs agree to ~1e-5; bfloat16 is faster on GPU.")
+    enforce_eager: bool = _f(True, "Skip CUDA-graph / torch.compile capture: faster start, slower decode.")
+    sync_every: int = _f(1, "Push the policy's weights into the engine every this many optimizer steps (1: always on-policy in sync mode).")
+    verify_sync: bool = _f(False, "After each sync compare engine and policy log-probs of a probe sequence; fail loudly beyond verify_tolerance.")
+    verify_tolerance: float = _f(1e-3, "Largest allowed |engine - policy| log-prob difference of the probe (float32 agrees to ~1e-5).")
+
+
+@dataclass
 class RolloutConfig:
     engine: str = _f("hf", f"Generation engine, one of {ENGINES}.")
     prompts_per_step: int = _f(16, "Prompts per generation batch (one optimizer pass each).")
@@ -63,6 +77,9 @@ class RolloutConfig:
     top_p: float = _f(1.0, "Nucleus sampling mass in (0, 1].")
     top_k: int = _f(0, "Sample among the k most likely tokens; 0 turns it off.")
     generation_batch_size: int = _f(256, "Sequences per generate() call (memory bound).")
+    mode: str = _f("sync", f"One of {ROLLOUT_MODES}. async (vllm only) generates the next batches in the background while the module trains (off-policy by max_staleness steps).")
+    max_staleness: int = _f(1, "async: how many generation batches run ahead of training (each is that many optimizer steps stale).")
+    vllm: VLLMConfig = _f(VLLMConfig(), "vLLM engine settings (rollout.engine=vllm).")
 
 
 @dataclass
@@ -83,6 +100,8 @@ class AlgorithmConfig:
     max_grad_norm: float = _f(1.0, "Gradient norm clip (> 0).")
     max_consecutive_skips: int = _f(3, "Stop with a diagnosis after this many consecutive skipped (non-finite) steps.")
     logprob_chunk_mb: float = _f(96.0, "Memory budget (MB) of the float32 logits that exist at once in the log-prob computation; token positions go through the output head in chunks that fit it.")
+    is_level: str = _f("none", f"Truncated importance sampling between engine and trainer log-probs, one of {IS_LEVELS}; corrects off-policy (async) and engine mismatch.")
+    is_cap: float = _f(2.0, "Upper bound of the truncated importance weight (> 0).")
 
 
 @dataclass
@@ -169,6 +188,16 @@ def validate_config(cfg: TrainConfig) -> None:
     _check(problems, a.max_grad_norm > 0, f"algorithm.max_grad_norm={a.max_grad_norm} must be > 0")
     _check(problems, a.max_consecutive_skips >= 1, f"algorithm.max_consecutive_skips={a.max_consecutive_skips} must be >= 1")
     _check(problems, a.logprob_chunk_mb > 0, f"algorithm.logprob_chunk_mb={a.logprob_chunk_mb} must be > 0")
+    _choice(problems, "rollout.mode", r.mode, ROLLOUT_MODES)
+    _choice(problems, "algorithm.is_level", a.is_level, IS_LEVELS)
+    _check(problems, a.is_cap > 0, f"algorithm.is_cap={a.is_cap} must be > 0")
+    _check(problems, r.max_staleness >= 1, f"rollout.max_staleness={r.max_staleness} must be >= 1")
+    _check(problems, r.mode != "async" or r.engine == "vllm", "rollout.mode=async needs rollout.engine=vllm (the HF engine generates with the policy being trained)")
+    _check(problems, r.mode != "async" or t.devices == 1, f"rollout.mode=async supports trainer.devices=1 only for now (got {t.devices}): its lookahead prompt loader is not sharded across ranks")
+    _check(problems, r.vllm.sync_every >= 1, f"rollout.vllm.sync_every={r.vllm.sync_every} must be >= 1")
+    _check(problems, r.vllm.kv_cache_gib > 0, f"rollout.vllm.kv_cache_gib={r.vllm.kv_cache_gib} must be > 0")
+    _check(problems, 0 < r.vllm.gpu_memory_utilization <= 1, f"rollout.vllm.gpu_memory_utilization={r.vllm.gpu_memory_utilization} must be in (0, 1]")
+    _check(problems, r.vllm.verify_tolerance > 0, f"rollout.vllm.verify_tolerance={r.vllm.verify_tolerance} must be > 0")
     _check(problems, t.max_steps >= 1, f"trainer.max_steps={t.max_steps} must be >= 1")
     _check(problems, 0 <= cfg.task.val_fraction < 1, f"task.val_fraction={cfg.task.val_fraction} must be in [0, 1)")
     if problems:

@@ -7,7 +7,8 @@ rollout callback) and runs ``num_iterations`` optimizer passes over it:
 2. the loss normalizer of the chosen aggregation mode, over the whole batch and all ranks;
 3. reference log-probs (only when beta > 0) and old log-probs (only when num_iterations > 1),
    once, without gradient;
-4. per pass: micro-batch forward, per-token clipped loss + beta x KL, aggregated with the
+4. per pass: micro-batch forward, per-token clipped loss (times the truncated importance
+   weight pi_old / pi_engine when ``is_level`` is not none) + beta x KL, aggregated with the
    global normalizer, backward; then the NaN guard, gradient clipping and the optimizer step.
 """
 
@@ -31,6 +32,7 @@ from grpo_lightning.algorithm import (
     loss_normalizer,
     policy_loss,
     selective_log_probs,
+    truncated_importance_weights,
 )
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.guards import NonFiniteCounters, NonFiniteTrainingError
@@ -52,6 +54,11 @@ class PassStats:
     clip_low_sum: float = 0.0
     clip_high_sum: float = 0.0
     dropped_seqs: int = 0
+    # engine vs trainer log-probs (only when the rollout carries engine log-probs)
+    engine_tokens: float = 0.0
+    logp_diff_sum: float = 0.0
+    is_ratio_max: float = 0.0
+    is_truncated: float = 0.0
 
     def token_mean(self, name: str) -> float:
         return getattr(self, name) / max(self.kept_tokens, 1.0)
@@ -232,6 +239,10 @@ class GRPOModule(L.LightningModule):
                 out.logp, old, prepared["advantages"][rows], cfg.clip_low, cfg.clip_high, cfg.dual_clip
             )
             per_token = pg.loss
+            if rollout.engine_logprobs is not None:
+                per_token = self._importance_weighted(
+                    per_token, old, rollout.engine_logprobs[rows, :num_cols], token_mask, stats
+                )
             if prepared["reference"] is not None:
                 kl = kl_estimate(out.logp, prepared["reference"].logp[rows, :num_cols], cfg.kl_estimator)
                 per_token = per_token + cfg.beta * kl
@@ -248,6 +259,22 @@ class GRPOModule(L.LightningModule):
             stats.clip_low_sum += float((pg.clipped_low.float() * token_mask).sum())
             stats.clip_high_sum += float((pg.clipped_high.float() * token_mask).sum())
         return stats
+
+    def _importance_weighted(
+        self, per_token: torch.Tensor, old: torch.Tensor, engine: torch.Tensor,
+        token_mask: torch.Tensor, stats: PassStats,
+    ) -> torch.Tensor:
+        """Measure the engine/trainer mismatch; with ``is_level != none`` weight the policy term.
+
+        Only the policy term is weighted (the KL term is added after), as TRL and verl do.
+        With ``is_level == none`` the loss is returned untouched.
+        """
+        iw = truncated_importance_weights(old, engine, token_mask, self.cfg.is_level, self.cfg.is_cap)
+        stats.engine_tokens += float(token_mask.sum())
+        stats.logp_diff_sum += iw.abs_diff_sum
+        stats.is_ratio_max = max(stats.is_ratio_max, iw.ratio_max)
+        stats.is_truncated += iw.truncated
+        return per_token if self.cfg.is_level == "none" else per_token * iw.weights
 
     def _guarded_step(self, stats: PassStats, result: StepResult) -> None:
         """Step only with a finite loss and gradient; otherwise leave weights and optimizer untouched."""
@@ -309,6 +336,10 @@ class GRPOModule(L.LightningModule):
             "health/nonfinite_seqs_total": float(self.counters.nonfinite_seqs),
             "health/skipped_steps_total": float(self.counters.skipped_steps),
         }
+        if last.engine_tokens > 0:
+            metrics["rollout/logp_diff_mean"] = last.logp_diff_sum / last.engine_tokens
+            metrics["rollout/is_ratio_max"] = last.is_ratio_max
+            metrics["rollout/is_truncated_frac"] = last.is_truncated / last.engine_tokens
         if rollout.finished is not None:
             metrics["completions/clipped_frac"] = float((~rollout.finished).float().mean())
         if self.reference is not None:

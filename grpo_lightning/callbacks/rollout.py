@@ -14,8 +14,9 @@ import lightning as L
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from grpo_lightning.data.lookahead import current_records
 from grpo_lightning.rewards import RewardScorer
-from grpo_lightning.rollout import GenerationRequest, RolloutBatch, RolloutEngine, SamplingSettings
+from grpo_lightning.rollout import Completion, GenerationRequest, RolloutBatch, RolloutEngine, SamplingSettings
 from grpo_lightning.rollout.seeding import group_seeds
 
 EngineFactory = Callable[[L.LightningModule], RolloutEngine]
@@ -57,14 +58,26 @@ class RolloutCallback(L.Callback):
     def make_rollout(self, records: list[dict], step: int, rank: int) -> RolloutBatch:
         """Generate and score G completions for each record; the unit tests call this directly."""
         start = time.perf_counter()
+        requests = self.build_requests(records, step, rank)
+        completions = self.engine.generate(requests, self.sampling)
+        return self.assemble(records, requests, completions, step, time.perf_counter() - start)
+
+    def build_requests(self, records: list[dict], step: int, rank: int) -> list[GenerationRequest]:
+        """G requests per record, prompt-major, each with the seed of (run, rank, step, prompt, sample)."""
         seeds = group_seeds(self.seed, rank, step, len(records), self.num_generations)
         expanded = [record for record in records for _ in range(self.num_generations)]
-        requests = [
+        return [
             GenerationRequest(self.tokenize_prompt(record["prompt"]), seed)
             for record, seed in zip(expanded, seeds)
         ]
-        completions = self.engine.generate(requests, self.sampling)
-        generation_seconds = time.perf_counter() - start
+
+    def assemble(
+        self, records: list[dict], requests: list[GenerationRequest], completions: list[Completion],
+        step: int, generation_seconds: float,
+    ) -> RolloutBatch:
+        """Pad, decode and score the completions of ``requests`` into the batch of ``step``."""
+        start = time.perf_counter()
+        expanded = [record for record in records for _ in range(self.num_generations)]
         pad = self.tokenizer.pad_token_id
         prompt_ids, prompt_mask = RolloutBatch.pad_prompts([r.prompt_ids for r in requests], pad)
         completion_ids, completion_mask, finished, logprobs = RolloutBatch.pad_completions(completions, pad)
@@ -76,7 +89,7 @@ class RolloutCallback(L.Callback):
         self.timing = {
             "rollout/seconds": generation_seconds,
             "rollout/tokens_per_s": num_tokens / max(generation_seconds, 1e-9),
-            "rollout/reward_seconds": time.perf_counter() - start - generation_seconds,
+            "rollout/reward_seconds": time.perf_counter() - start,
         }
         return RolloutBatch(
             prompt_ids=prompt_ids,
@@ -99,7 +112,7 @@ class RolloutCallback(L.Callback):
         # The count of generation batches, not global_step: a skipped optimizer step must not
         # repeat the previous step's seeds. Lightning restores it on resume.
         step = trainer.fit_loop.total_batch_idx
-        rollout = self.make_rollout(batch, step=step, rank=trainer.global_rank)
+        rollout = self.make_rollout(current_records(batch), step=step, rank=trainer.global_rank)
         self.last_rollout = rollout
         pl_module.receive_rollout(rollout)
         pl_module.log_dict(self.timing, on_step=True, on_epoch=False, batch_size=rollout.num_sequences)

@@ -6,6 +6,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
+from grpo_lightning.data.lookahead import LookaheadLoader
+
 
 def _as_list(records: list[dict]) -> list[dict]:
     return records
@@ -17,7 +19,9 @@ class PromptDataModule(L.LightningDataModule):
     The training loader draws seeded permutations of the prompts and drops incomplete
     batches, so every generation batch has the same number of groups. With ``num_batches``
     one epoch is exactly that many batches (permutation after permutation), so a run of
-    N steps is one epoch and the progress bar counts steps.
+    N steps is one epoch and the progress bar counts steps. With ``lookahead`` > 0 (async
+    generation) each batch is a :class:`~grpo_lightning.data.lookahead.PromptWindow` that
+    also carries the prompts of the next ``lookahead`` steps.
     """
 
     def __init__(
@@ -27,6 +31,7 @@ class PromptDataModule(L.LightningDataModule):
         prompts_per_step: int = 8,
         seed: int = 0,
         num_batches: int | None = None,
+        lookahead: int = 0,
     ):
         super().__init__()
         missing = [i for i, r in enumerate(train_records) if "prompt" not in r]
@@ -42,15 +47,17 @@ class PromptDataModule(L.LightningDataModule):
         self.prompts_per_step = prompts_per_step
         self.seed = seed
         self.num_batches = num_batches
+        self.lookahead = lookahead
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> DataLoader | LookaheadLoader:
         generator = torch.Generator().manual_seed(self.seed)
         num_samples = (self.num_batches or len(self.train_records) // self.prompts_per_step) * self.prompts_per_step
         sampler = RandomSampler(self.train_records, num_samples=num_samples, generator=generator)
-        return DataLoader(
+        loader = DataLoader(
             self.train_records,
             batch_size=self.prompts_per_step,
             sampler=sampler,
             drop_last=True,
             collate_fn=_as_list,
         )
+        return LookaheadLoader(loader, self.lookahead) if self.lookahead > 0 else loader

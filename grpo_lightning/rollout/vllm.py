@@ -1,0 +1,250 @@
+"""Rollouts with vLLM, behind the same interface as the HF engine.
+
+Contract (shared with :class:`~grpo_lightning.rollout.hf.HFEngine`):
+
+* one vLLM request per sample (``n=1``) with ``SamplingParams(seed=request.seed)``, the seed
+  derived by :func:`~grpo_lightning.rollout.seeding.sample_seed` from (run seed, rank, step,
+  prompt, sample): samples are distinct and reproducible whatever engine, mode or rank
+  produced them (F1, F2);
+* ``Completion.token_ids`` end with EOS when the sample finished, and
+  ``Completion.logprobs`` are vLLM's log-probs of the sampled tokens after temperature
+  (``logprobs_mode="processed_logprobs"``), the same quantity the trainer computes from
+  logits divided by the temperature, so the two can be compared token by token.
+
+The engine runs in the training process by default (``in_process=True``): the policy is
+saved once into a temporary safetensors folder that vLLM loads, and later weights are pushed
+in memory (``collective_rpc("reload_weights", weights_iterator=...)``). Out of process, the
+weights travel through a safetensors folder instead. Starting the engine must not change
+the trainer's RNG streams or thread count (:mod:`grpo_lightning.rollout.side_effects`).
+
+Every call into vLLM goes through one worker thread, in submission order. That is what makes
+the async mode deterministic: a weight sync submitted after a background generation always
+runs after it, so each generation batch sees exactly the weights of the step it was
+launched at, however long either takes.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from grpo_lightning.rollout.engine import Completion, GenerationRequest, SamplingSettings
+from grpo_lightning.rollout.side_effects import preserved_process_state
+
+
+@dataclass(frozen=True)
+class VLLMSettings:
+    """How the engine is started; mirrors ``rollout.vllm`` in the config (see its help text)."""
+
+    in_process: bool = True
+    kv_cache_gib: float = 1.0
+    gpu_memory_utilization: float = 0.3
+    max_model_len: int | None = None
+    dtype: str = "float32"
+    enforce_eager: bool = True
+    seed: int = 0
+
+
+def _is_cpu_platform() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+class VLLMEngine:
+    """A vLLM ``LLM`` serving the policy's current weights; see the module docstring."""
+
+    def __init__(self, model_dir: str | Path, settings: VLLMSettings = VLLMSettings(), eos_token_id: int | None = None):
+        self.settings = settings
+        self.model_dir = str(model_dir)
+        self.eos_token_id = eos_token_id
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-engine")
+        self._sync_dir: tempfile.TemporaryDirectory | None = None
+        start = time.perf_counter()
+        self.llm = self._start()
+        self.start_seconds = time.perf_counter() - start
+
+    # ------------------------------------------------------------------ start
+    @classmethod
+    def from_policy(cls, policy, tokenizer, settings: VLLMSettings = VLLMSettings()) -> VLLMEngine:
+        """Save ``policy`` and ``tokenizer`` into a temporary folder and start vLLM on it.
+
+        The folder lives as long as the engine (vLLM reads the config and tokenizer from it).
+        """
+        folder = tempfile.TemporaryDirectory(prefix="grpo-vllm-model-")
+        policy.save_pretrained(folder.name, safe_serialization=True)
+        tokenizer.save_pretrained(folder.name)
+        engine = cls(folder.name, settings, eos_token_id=tokenizer.eos_token_id)
+        engine._model_folder = folder  # keep it alive
+        return engine
+
+    def _start(self):
+        s = self.settings
+        # vLLM reads these lazily (also after start-up), so they stay set for the process.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if s.in_process else "1"
+        # An explicit KV budget (CPU and GPU alike; on CPU it replaces VLLM_CPU_KVCACHE_SPACE,
+        # which takes whole GiB only), so the engine never sizes itself from free memory.
+        kwargs = {"kv_cache_memory_bytes": int(s.kv_cache_gib * 2**30)}
+        if not _is_cpu_platform():
+            kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
+        if s.max_model_len is not None:
+            kwargs["max_model_len"] = s.max_model_len
+        from vllm import LLM
+
+        def start():
+            return LLM(
+                model=self.model_dir,
+                dtype=s.dtype,
+                enforce_eager=s.enforce_eager,
+                seed=s.seed,
+                logprobs_mode="processed_logprobs",
+                **kwargs,
+            )
+
+        # Started in the worker thread that runs every later call: vLLM's CPU worker binds
+        # the OpenMP threads of the thread that starts it, and its kernels must run there.
+        # The trainer's thread keeps its thread count, its RNG streams and its affinity.
+        self.engine_thread = self._submit(threading.get_ident).result()
+        with preserved_process_state(engine_thread=self.engine_thread):
+            return self._submit(start).result()
+
+    # ------------------------------------------------------------------ the worker thread
+    def _submit(self, fn, *args, **kwargs) -> Future:
+        return self._worker.submit(fn, *args, **kwargs)
+
+    # ------------------------------------------------------------------ generation
+    def _blocking(self, future: Future):
+        """Wait for ``future`` and give the caller back its torch RNG state.
+
+        vLLM's CPU sampler draws a throw-away seed per row from the global torch generator
+        before overwriting it with the request's own seed: samples do not depend on it, but
+        the trainer's stream would advance. The caller is blocked meanwhile, so restoring is
+        exact. (Async generation overlaps with training; see docs/vllm.md.)
+        """
+        torch_state = torch.get_rng_state()
+        cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        try:
+            return future.result()
+        finally:
+            torch.set_rng_state(torch_state)
+            if cuda_state is not None:
+                torch.cuda.set_rng_state_all(cuda_state)
+
+    def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
+        return self._blocking(self.generate_async(requests, sampling))
+
+    def generate_async(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> Future:
+        """Queue a generation behind every call submitted before it; returns its future.
+
+        ``future.timing["seconds"]`` is set to the time vLLM itself spent on it (not the
+        time it waited in the queue), for the tokens/s metric.
+        """
+        timing: dict[str, float] = {}
+        future = self._submit(self._timed_generate, list(requests), sampling, timing)
+        future.timing = timing
+        return future
+
+    def _timed_generate(self, requests, sampling, timing: dict[str, float]) -> list[Completion]:
+        start = time.perf_counter()
+        completions = self._generate(requests, sampling)
+        timing["seconds"] = time.perf_counter() - start
+        return completions
+
+    @staticmethod
+    def sampling_params(request: GenerationRequest, sampling: SamplingSettings):
+        """One request's ``SamplingParams``: n=1 and the request's own seed, never a shared one."""
+        from vllm import SamplingParams
+
+        return SamplingParams(
+            n=1,
+            seed=request.seed,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k if sampling.top_k > 0 else 0,
+            max_tokens=sampling.max_new_tokens,
+            logprobs=0,  # the sampled token's log-prob only
+            detokenize=False,
+        )
+
+    def _generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
+        from vllm.inputs import TokensPrompt
+
+        prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
+        params = [self.sampling_params(r, sampling) for r in requests]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        completions = []
+        for output in outputs:
+            sample = output.outputs[0]
+            tokens = list(sample.token_ids)
+            logprobs = [step[token].logprob for step, token in zip(sample.logprobs, tokens)]
+            completions.append(Completion(token_ids=tokens, finished=sample.finish_reason == "stop", logprobs=logprobs))
+        return completions
+
+    # ------------------------------------------------------------------ scoring
+    def sequence_logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+        """The engine's log-probs (temperature 1) of ``completion_ids`` after ``prompt_ids``.
+
+        Read from vLLM's prompt log-probs of the concatenated sequence: what the weight-sync
+        check compares with the trainer's log-probs of the same tokens.
+        """
+        return self._blocking(self._submit(self._sequence_logprobs, list(prompt_ids), list(completion_ids)))
+
+    def _sequence_logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        sequence = prompt_ids + completion_ids
+        params = SamplingParams(n=1, seed=0, temperature=1.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
+        output = self.llm.generate([TokensPrompt(prompt_token_ids=sequence)], params, use_tqdm=False)[0]
+        first = len(prompt_ids)
+        return [output.prompt_logprobs[i][sequence[i]].logprob for i in range(first, len(sequence))]
+
+    # ------------------------------------------------------------------ weights
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> float:
+        """Replace the engine's weights (Hugging Face names); returns the seconds it took.
+
+        Runs in the worker thread after any queued generation. In process the tensors are
+        handed over in memory; out of process they are written to a safetensors folder that
+        the engine process reads. The prefix cache is reset: cached KV blocks were computed
+        with the old weights.
+        """
+        # No copy: the caller (the weight-sync callback) blocks until the reload is done, so
+        # the policy cannot change underneath it.
+        snapshot = [(name, tensor.detach()) for name, tensor in named_tensors]
+        return self._blocking(self._submit(self._load_weights, snapshot))
+
+    def _load_weights(self, snapshot: list[tuple[str, torch.Tensor]]) -> float:
+        start = time.perf_counter()
+        if self.settings.in_process:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": snapshot})
+        else:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self._write_folder(snapshot)})
+        self.llm.reset_prefix_cache()
+        return time.perf_counter() - start
+
+    def _write_folder(self, snapshot: list[tuple[str, torch.Tensor]]) -> str:
+        from safetensors.torch import save_file
+
+        if self._sync_dir is None:
+            self._sync_dir = tempfile.TemporaryDirectory(prefix="grpo-vllm-sync-")
+        save_file({name: t.cpu().contiguous() for name, t in snapshot}, os.path.join(self._sync_dir.name, "model.safetensors"))
+        return self._sync_dir.name
+
+    def close(self) -> None:
+        """Finish queued work, stop an out-of-process engine core, stop the worker thread.
+
+        The engine is unusable after. An in-process engine is freed with the object.
+        """
+        if not self.settings.in_process:
+            core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+            if core is not None and hasattr(core, "shutdown"):
+                self._submit(core.shutdown).result()
+        self._worker.shutdown(wait=True)

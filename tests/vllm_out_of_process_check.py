@@ -1,0 +1,52 @@
+"""Run by test_vllm_out_of_process.py in a fresh interpreter: an out-of-process engine end to end.
+
+A separate interpreter because vLLM keeps its parallel state per process: freeing an
+out-of-process engine tears down the state the session's in-process engine runs on. Prints
+one JSON line with what the test asserts on.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
+    from grpo_lightning.rollout import GenerationRequest, SamplingSettings
+    from grpo_lightning.rollout.side_effects import ProcessState
+    from grpo_lightning.rollout.vllm import VLLMEngine, VLLMSettings
+    from vllm_helpers import perturbed_policy
+
+    tok = build_char_tokenizer()
+    torch.manual_seed(5)
+    state = ProcessState.capture()
+    engine = VLLMEngine.from_policy(build_tiny_policy(tok), tok, VLLMSettings(in_process=False, max_model_len=64, kv_cache_gib=0.25))
+    state_kept = ProcessState.capture().same_as(state)
+    prompt = tok("2+5=")["input_ids"]
+    requests = [GenerationRequest(prompt, seed) for seed in (11, 12, 13)]
+    before = engine.generate(requests, SamplingSettings(6, 1.0))
+    trained = perturbed_policy(tok).eval()
+    seconds = engine.load_weights(trained.state_dict().items())
+    after = engine.generate(requests, SamplingSettings(6, 1.0))
+    completion = after[0].token_ids
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = trained(ids).logits[0, len(prompt) - 1 : -1]
+    expected = logits.log_softmax(-1).gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
+    probe = torch.tensor(engine.sequence_logprobs(prompt, completion))
+    print("RESULT " + json.dumps({
+        "state_kept": state_kept,
+        "folder_used": engine._sync_dir is not None,
+        "sync_seconds": seconds,
+        "before": [c.token_ids for c in before],
+        "changed": [c.logprobs for c in after] != [c.logprobs for c in before],
+        "probe_diff": float((probe - expected).abs().max()),
+    }), flush=True)
+    engine.close()
+
+
+if __name__ == "__main__":  # vLLM's engine process is spawned: the guard is required
+    main()
