@@ -15,7 +15,7 @@ import torch
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from transformers import PreTrainedTokenizerBase
 
-from grpo_lightning.callbacks import RolloutCallback
+from grpo_lightning.callbacks import HealthMonitor, RolloutCallback
 from grpo_lightning.config import TrainConfig, validate_config
 from grpo_lightning.data import PromptDataModule, arithmetic_records
 from grpo_lightning.models import load_policy
@@ -34,6 +34,7 @@ class Run:
     logger: Logger | bool
     tokenizer: PreTrainedTokenizerBase
     rollout: RolloutCallback
+    health: HealthMonitor | None = None
 
     def trainer(self, cfg: TrainConfig, **overrides) -> L.Trainer:
         t = cfg.trainer
@@ -102,4 +103,6 @@ def build_run(cfg: TrainConfig) -> Run:
         sampling=sampling,
         seed=cfg.trainer.seed,
     )
-    return Run(module, datamodule, [rollout], build_logger(cfg), tokenizer, rollout)
+    health = HealthMonitor(cfg.health) if cfg.health.enabled else None
+    callbacks = [rollout] + ([health] if health is not None else [])
+    return Run(module, datamodule, callbacks, build_logger(cfg), tokenizer, rollout, health)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import lightning as L
-import torch
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader
+
+from grpo_lightning.data.sampler import PromptSampler
 
 
 def _as_list(records: list[dict]) -> list[dict]:
@@ -17,7 +18,8 @@ class PromptDataModule(L.LightningDataModule):
     The training loader draws seeded permutations of the prompts and drops incomplete
     batches, so every generation batch has the same number of groups. With ``num_batches``
     one epoch is exactly that many batches (permutation after permutation), so a run of
-    N steps is one epoch and the progress bar counts steps.
+    N steps is one epoch and the progress bar counts steps. Under DDP every rank gets
+    ``prompts_per_step`` prompts per step, different from the other ranks' (``PromptSampler``).
     """
 
     def __init__(
@@ -44,9 +46,12 @@ class PromptDataModule(L.LightningDataModule):
         self.num_batches = num_batches
 
     def train_dataloader(self) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.seed)
-        num_samples = (self.num_batches or len(self.train_records) // self.prompts_per_step) * self.prompts_per_step
-        sampler = RandomSampler(self.train_records, num_samples=num_samples, generator=generator)
+        trainer = self.trainer  # None outside a Trainer (e.g. in a notebook or a unit test)
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        per_rank = self.num_batches or len(self.train_records) // (self.prompts_per_step * world)
+        sampler = PromptSampler(
+            len(self.train_records), per_rank * self.prompts_per_step, seed=self.seed, rank=rank, world_size=world
+        )
         return DataLoader(
             self.train_records,
             batch_size=self.prompts_per_step,

@@ -1,0 +1,135 @@
+"""F1: identical completions. Are a group's samples (and a prompt's samples across steps)
+more alike than the policy's own probabilities allow?
+
+A converged policy legitimately repeats itself, so a raw "all identical" fraction cannot
+tell a broken sampler from a confident model. This check compares what it sees with what
+independent sampling would give: for sample i with probability p_i under the sampling
+policy, the number of other samples of its group equal to it has expectation
+(G - 1) x p_i. Eight identical samples of a completion with p = 0.9 are expected; eight
+identical samples of one with p = 0.01 mean the samples were not drawn independently.
+The same test runs across steps: when a prompt comes back, its new samples should hit its
+previous completions only as often as those completions are likely.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from grpo_lightning.health.alerts import Finding
+from grpo_lightning.health.base import HealthCheck, excess
+from grpo_lightning.health.view import StepView
+
+
+class DiversityCheck(HealthCheck):
+    name = "diversity"
+    failure = "F1"
+    title = "identical completions: the samples of a group are not independent"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self._memory: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()  # prompt -> (hashes, probs)
+        self._lower: np.ndarray | None = None
+
+    def _strict_lower(self, size: int) -> np.ndarray:
+        if self._lower is None or self._lower.shape[0] != size:
+            self._lower = np.tril(np.ones((size, size), dtype=bool), k=-1)
+        return self._lower
+
+    def measure(self, view: StepView) -> dict[str, float]:
+        size = view.group_size
+        hashes = view.completion_hashes.reshape(-1, size)
+        groups = hashes.shape[0]
+        lower = self._strict_lower(size)
+        same = hashes[:, :, None] == hashes[:, None, :]
+        distinct = size - (same & lower).any(axis=2).sum(axis=1)
+        probs = view.sample_probs
+        probs = np.zeros(hashes.shape) if probs is None else probs.reshape(-1, size)
+        stats = {
+            "groups": float(groups),
+            "identical_groups": float((distinct == 1).sum()),
+            "distinct": float(distinct.sum()),
+            "dup_obs": float(same.sum() - hashes.size),
+            "dup_exp": float((size - 1) * probs.sum()),
+            "dup_possible": float(groups * size * (size - 1)),
+        }
+        stats.update(self._repeats(view.prompt_hashes[::size].tolist(), hashes, probs, lower))
+        return stats
+
+    def _repeats(self, prompts: list[int], hashes: np.ndarray, probs: np.ndarray, lower: np.ndarray) -> dict[str, float]:
+        """Completions of a returning prompt that repeat one of its previous step's, and how
+        many independent sampling predicts: G x (probability mass of the previous completions,
+        the larger of then and now)."""
+        if self.cfg.memory_prompts <= 0:
+            return {"repeat_obs": 0.0, "repeat_exp": 0.0, "repeat_possible": 0.0}
+        rows, old_hashes, old_probs = [], [], []
+        for row, prompt in enumerate(prompts):
+            before = self._memory.pop(prompt, None)
+            if before is not None:
+                rows.append(row)
+                old_hashes.append(before[0])
+                old_probs.append(before[1])
+            self._memory[prompt] = (hashes[row], probs[row])
+        while len(self._memory) > self.cfg.memory_prompts:
+            self._memory.popitem(last=False)
+        if not rows:
+            return {"repeat_obs": 0.0, "repeat_exp": 0.0, "repeat_possible": 0.0}
+        new, new_p = hashes[rows], probs[rows]
+        old, old_p = np.stack(old_hashes), np.stack(old_probs)
+        match = old[:, :, None] == new[:, None, :]  # [k, old sample, new sample]
+        first = ~((old[:, :, None] == old[:, None, :]) & lower).any(axis=2)  # first copy of each old completion
+        p_now = np.where(match, new_p[:, None, :], 0.0).max(axis=2)
+        likely = (np.maximum(old_p, p_now) * first).sum(axis=1)
+        size = hashes.shape[1]
+        return {
+            "repeat_obs": float(match.any(axis=1).sum()),
+            "repeat_exp": float(size * np.minimum(likely, 1.0).sum()),
+            "repeat_possible": float(len(rows) * size),
+        }
+
+    def evaluate(self, t: dict[str, float], view: StepView) -> tuple[dict[str, float], Finding | None]:
+        size, groups = view.group_size, max(t["groups"], 1.0)
+        metrics = {
+            "distinct_per_group": t["distinct"] / groups,
+            "identical_group_frac": t["identical_groups"] / groups,
+            "duplicate_frac": t["dup_obs"] / max(t["dup_possible"], 1.0),
+            "duplicate_expected_frac": t["dup_exp"] / max(t["dup_possible"], 1.0),
+            "repeat_frac": t["repeat_obs"] / max(t["repeat_possible"], 1.0),
+        }
+        ratio, margin = self.cfg.excess_ratio, self.cfg.min_excess_frac
+        within = excess(t["dup_obs"], t["dup_exp"], t["dup_possible"], ratio, margin)
+        across = excess(t["repeat_obs"], t["repeat_exp"], t["repeat_possible"], ratio, margin)
+        if not (within or across):
+            return metrics, None
+        parts = [
+            f"{t['identical_groups']:.0f} of {t['groups']:.0f} groups have all {size} completions identical "
+            f"({t['distinct'] / groups:.2f} distinct completions per group of {size})",
+            f"{metrics['duplicate_frac']:.0%} of the sample pairs within a group are duplicates, where the "
+            f"policy's own probabilities predict {metrics['duplicate_expected_frac']:.1%}",
+        ]
+        if t["repeat_possible"]:
+            parts.append(
+                f"{t['repeat_obs']:.0f} of {t['repeat_possible']:.0f} completions of prompts seen at an earlier "
+                f"step repeat a completion of that step (expected {t['repeat_exp']:.1f})"
+            )
+        return metrics, Finding("; ".join(parts) + ".", {**t, **metrics})
+
+    def diagnosis(self, view: StepView) -> tuple[str, str]:
+        r = view.rollout
+        causes = (
+            "the samples are not drawn from independent random streams: a rollout engine or server that "
+            "ignores the per-request seed or uses one fixed seed for every request (the asynchronous-"
+            "generation bug: one prompt, the same completion at every step), a sampler that is greedy "
+            "whatever the temperature, or a step that does not enter the seed (repeats across steps). "
+            "With identical samples the group's reward std, advantages, loss and KL are all zero: "
+            "nothing is learned."
+        )
+        fix = (
+            "make the engine draw request i from GenerationRequest.seed (grpo_lightning.rollout.seeding "
+            "derives one per run seed, rank, step, prompt and sample); with vLLM pass "
+            "SamplingParams(seed=request.seed) per request, never one shared seed; check that "
+            f"rollout.temperature={r.temperature} actually reaches the sampler; compare with "
+            "rollout.engine=hf, which samples every request from its own stream."
+        )
+        return causes, fix

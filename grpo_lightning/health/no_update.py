@@ -1,0 +1,123 @@
+"""F4: no parameter update. Did the optimizer step actually move the weights?
+
+Before each training step the check copies (a bounded sample of) the trainable weights;
+after it, the update norm is ``||theta_after - theta_before||``. An update of exactly zero
+while optimizer steps were taken with lr > 0 and a non-zero gradient means the gradients
+were lost before the step (the gradient-accumulation bug). A second signal: the KL to the
+reference stuck at exactly zero while beta > 0, although earlier steps had a gradient.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from grpo_lightning.health.alerts import Finding
+from grpo_lightning.health.base import HealthCheck
+from grpo_lightning.health.view import StepView
+
+
+class ParameterSnapshot:
+    """A flat copy of the trainable weights, at most ``max_elements`` values (a prefix of each
+    tensor once the budget runs short); taking and comparing it are one ``cat`` each."""
+
+    def __init__(self, max_elements: int):
+        self.max_elements = max_elements
+        self.views: list[torch.Tensor] = []
+        self.flat: torch.Tensor | None = None
+        self.tracked = 0
+        self.total = 0
+
+    def _select(self, module: torch.nn.Module) -> None:
+        budget = self.max_elements
+        for param in module.parameters():
+            if not param.requires_grad:
+                continue
+            self.total += param.numel()
+            take = min(param.numel(), budget)
+            if take > 0:
+                self.views.append(param.detach().view(-1)[:take])
+                budget -= take
+        self.tracked = self.max_elements - budget
+
+    @torch.no_grad()
+    def take(self, module: torch.nn.Module) -> None:
+        if not self.views:
+            self._select(module)
+        if self.flat is None:
+            self.flat = torch.cat(self.views) if self.views else None
+        elif self.views:
+            torch.cat(self.views, out=self.flat)
+
+    @torch.no_grad()
+    def update_norm(self) -> float:
+        if self.flat is None:
+            return float("nan")
+        return float(torch.linalg.vector_norm(torch.cat(self.views) - self.flat))
+
+
+class NoUpdateCheck(HealthCheck):
+    name = "no_update"
+    failure = "F4"
+    title = "no parameter update"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.snapshot = ParameterSnapshot(cfg.max_tracked_elements)
+        self._effective_steps = 0  # earlier steps taken with a non-zero gradient
+
+    def before_step(self, pl_module) -> None:
+        self.snapshot.take(pl_module)
+
+    def measure(self, view: StepView) -> dict[str, float]:
+        result = view.result
+        finite = [g for g in result.grad_norms if math.isfinite(g)]
+        num_taken = len(result.passes) - len(result.skipped)
+        last = result.passes[-1] if result.passes else None
+        return {
+            "taken": float(num_taken),
+            "grad_norm": float(max(finite)) if finite and num_taken else 0.0,
+            "update_norm": self.snapshot.update_norm(),
+            "kl_sum": float(last.kl_sum) if last else 0.0,
+            "kl_tokens": float(last.kept_tokens) if last else 0.0,
+        }
+
+    def evaluate(self, t: dict[str, float], view: StepView) -> tuple[dict[str, float], Finding | None]:
+        world = view.world_size
+        taken, grad, update = t["taken"] / world, t["grad_norm"] / world, t["update_norm"] / world
+        metrics = {"update_norm": update}
+        problems = []
+        if taken > 0 and view.lr > 0 and grad > self.cfg.min_grad_norm and update <= self.cfg.min_update_norm:
+            problems.append(
+                f"the weights did not change (update norm {update:.3g} over "
+                f"{self.snapshot.tracked} tracked of {self.snapshot.total} parameters) although {taken:.0f} "
+                f"optimizer step(s) were taken with lr={view.lr:.3g} and gradient norm {grad:.3g}"
+            )
+        beta = view.algorithm.beta
+        if beta > 0 and t["kl_tokens"] > 0 and t["kl_sum"] == 0.0 and self._effective_steps > 0:
+            problems.append(
+                f"the KL to the reference is exactly 0 over {t['kl_tokens']:.0f} tokens with beta={beta:g}, "
+                f"after {self._effective_steps} earlier step(s) with a non-zero gradient: the policy is still "
+                f"identical to its reference"
+            )
+        if taken > 0 and grad > self.cfg.min_grad_norm:
+            self._effective_steps += 1
+        if not problems:
+            return metrics, None
+        return metrics, Finding("; ".join(problems) + ".", {**t, **metrics})
+
+    def diagnosis(self, view: StepView) -> tuple[str, str]:
+        causes = (
+            "the accumulated gradients were lost or zeroed before the optimizer step (a gradient-accumulation "
+            "boundary mishandled by a wrapper or engine such as DeepSpeed ZeRO), an optimizer that does not "
+            "hold the policy's parameters (built before the model was wrapped or replaced), parameters "
+            "frozen by mistake, or an optimizer.step() replaced or skipped by a plugin."
+        )
+        fix = (
+            "check that configure_optimizers receives the parameters that are trained and that nothing calls "
+            "zero_grad() between backward and step; try trainer.devices=1 and "
+            f"algorithm.micro_batch_size equal to the whole batch (now {view.algorithm.micro_batch_size}) to "
+            "rule out accumulation; if you use a custom strategy or precision plugin, try the default one."
+        )
+        return causes, fix

@@ -1,0 +1,84 @@
+"""``StepView``: what one training step offers the checks, computed once and shared.
+
+The fingerprints and sample probabilities are derived lazily, so a step pays only for what
+the enabled checks read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from grpo_lightning.health.fingerprints import sequence_hashes
+
+if TYPE_CHECKING:
+    from grpo_lightning.config import AlgorithmConfig
+    from grpo_lightning.module import StepResult
+    from grpo_lightning.rollout import RolloutBatch
+
+
+class StepView:
+    def __init__(
+        self,
+        step: int,
+        rollout: RolloutBatch,
+        result: StepResult,
+        algorithm: AlgorithmConfig,
+        lr: float,
+        rank: int = 0,
+        world_size: int = 1,
+        all_gather: Callable[[np.ndarray], np.ndarray] | None = None,
+    ):
+        self.step = step
+        self.rollout = rollout
+        self.result = result
+        self.algorithm = algorithm
+        self.lr = lr
+        self.rank = rank
+        self.world_size = world_size
+        self.all_gather = all_gather  # [N, ...] local -> [world, N, ...]; None on one rank
+
+    @property
+    def group_size(self) -> int:
+        return self.rollout.group_size
+
+    @cached_property
+    def completion_mask(self) -> np.ndarray:
+        return self.rollout.completion_mask.cpu().numpy().astype(bool)
+
+    @cached_property
+    def completion_ids(self) -> np.ndarray:
+        return self.rollout.completion_ids.cpu().numpy()
+
+    @cached_property
+    def completion_hashes(self) -> np.ndarray:
+        """[N] int64, equal for equal completions (on any rank)."""
+        return sequence_hashes(self.completion_ids, self.completion_mask)
+
+    @cached_property
+    def prompt_hashes(self) -> np.ndarray:
+        """[N] int64, equal for equal prompts (on any rank, whatever the padding)."""
+        r = self.rollout
+        return sequence_hashes(r.prompt_ids.cpu().numpy(), r.prompt_mask.cpu().numpy(), right_aligned=True)
+
+    @cached_property
+    def sample_probs(self) -> np.ndarray | None:
+        """[N] probability of each completion under the sampling policy, or None if unknown.
+
+        From the trainer's own float32 log-probs at the sampling temperature (first pass,
+        before any update of this step), so a faulty engine cannot vouch for itself; the
+        engine's reported log-probs are the fallback. A dropped (non-finite) sequence gets
+        probability 1: it is then never evidence of a duplicate excess.
+        """
+        passes = self.result.passes
+        if passes and passes[0].seq_logp is not None:
+            logp = passes[0].seq_logp.detach().cpu().numpy().astype(np.float64)
+        elif self.rollout.engine_logprobs is not None:
+            lp = self.rollout.engine_logprobs.cpu().numpy().astype(np.float64)
+            logp = np.where(self.completion_mask, lp, 0.0).sum(axis=1)
+        else:
+            return None
+        return np.where(np.isfinite(logp), np.exp(np.minimum(logp, 0.0)), 1.0)
