@@ -115,8 +115,8 @@ _PATIENCE_HELP = "Consecutive suspicious steps before the alert fires."
 class DiversityCheckConfig:
     action: str = _f("warn", _ACTION_HELP)
     patience: int = _f(2, _PATIENCE_HELP)
-    excess_ratio: float = _f(3.0, "F1: alert when duplicates exceed this multiple of what the policy's own probabilities predict ...")
-    min_excess_frac: float = _f(0.2, "... plus this fraction of all possible duplicate pairs (a floor against chance).")
+    excess_ratio: float = _f(3.0, "F1: alert when the samples with a duplicate exceed this multiple of what the policy's own probabilities predict ...")
+    min_excess_frac: float = _f(0.2, "... plus this fraction of the samples (a floor against chance).")
     memory_prompts: int = _f(10000, "Prompts whose last completions are remembered to spot the same completion at a later step; 0 turns that off.")
 
 
@@ -124,8 +124,8 @@ class DiversityCheckConfig:
 class DuplicatesCheckConfig:
     action: str = _f("warn", _ACTION_HELP)
     patience: int = _f(2, _PATIENCE_HELP)
-    excess_ratio: float = _f(3.0, "F2: alert when cross-rank duplicates exceed this multiple of the expected count ...")
-    min_excess_frac: float = _f(0.2, "... plus this fraction of the cross-rank pairs of the same prompt.")
+    excess_ratio: float = _f(3.0, "F2: alert when samples with an identical twin on another rank exceed this multiple of the expected count ...")
+    min_excess_frac: float = _f(0.2, "... plus this fraction of the samples whose prompt is on another rank too.")
 
 
 @dataclass
@@ -149,7 +149,7 @@ class NoUpdateCheckConfig:
     patience: int = _f(2, _PATIENCE_HELP)
     min_update_norm: float = _f(0.0, "F4: an update norm at or below this (after a step with a gradient) is no update.")
     min_grad_norm: float = _f(1e-12, "F4: a gradient norm above this counts as 'the loss had a gradient'.")
-    max_tracked_elements: int = _f(4_000_000, "F4: weights copied before each step to measure the update (a prefix of each tensor beyond this).")
+    tracked_per_tensor: int = _f(256, "F4: weights sampled (strided) from every trainable tensor and compared before/after each step.")
 
 
 @dataclass
@@ -157,7 +157,7 @@ class RewardSignalCheckConfig:
     action: str = _f("warn", _ACTION_HELP)
     patience: int = _f(1, _PATIENCE_HELP)
     window: int = _f(20, "Steps over which the fraction of stuck (zero-std, unsolved) groups is averaged.")
-    max_stuck_frac: float = _f(0.8, "Alert when more than this fraction of the groups had zero reward std below the best reward seen.")
+    max_stuck_frac: float = _f(0.9, "Alert when more than this fraction of the groups had zero reward std below the best reward seen.")
 
 
 @dataclass
@@ -197,7 +197,7 @@ def _validate_health(problems: list[str], h: HealthConfig) -> None:
     _check(problems, h.reward_signal.window >= 1, f"health.reward_signal.window={h.reward_signal.window} must be >= 1")
     _check(problems, 0 <= h.reward_signal.max_stuck_frac <= 1, f"health.reward_signal.max_stuck_frac={h.reward_signal.max_stuck_frac} must be in [0, 1]")
     _check(problems, h.degenerate.min_tokens >= 2, f"health.degenerate.min_tokens={h.degenerate.min_tokens} must be >= 2")
-    _check(problems, h.no_update.max_tracked_elements >= 1, f"health.no_update.max_tracked_elements={h.no_update.max_tracked_elements} must be >= 1")
+    _check(problems, h.no_update.tracked_per_tensor >= 1, f"health.no_update.tracked_per_tensor={h.no_update.tracked_per_tensor} must be >= 1")
 
 
 @dataclass

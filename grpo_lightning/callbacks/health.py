@@ -70,7 +70,7 @@ class HealthMonitor(L.Callback):
                 return trainer.strategy.all_gather(torch.from_numpy(array).to(device)).cpu().numpy()
 
         return StepView(
-            step=trainer.global_step,
+            step=rollout.step,  # the generation batch: the step of the seeds and of the data
             rollout=rollout,
             result=result,
             algorithm=pl_module.cfg,
@@ -117,7 +117,7 @@ class HealthMonitor(L.Callback):
             # Straight to the loggers: LightningModule.log costs about a millisecond per key
             # (more than all the checks together), and these values are already global.
             for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=view.step)
+                logger.log_metrics(metrics, step=trainer.global_step)
         if to_raise is not None:
             raise HealthCheckError(to_raise)
 

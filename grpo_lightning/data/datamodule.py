@@ -50,7 +50,8 @@ class PromptDataModule(L.LightningDataModule):
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         per_rank = self.num_batches or len(self.train_records) // (self.prompts_per_step * world)
         sampler = PromptSampler(
-            len(self.train_records), per_rank * self.prompts_per_step, seed=self.seed, rank=rank, world_size=world
+            len(self.train_records), per_rank * self.prompts_per_step, seed=self.seed, rank=rank, world_size=world,
+            batch_size=self.prompts_per_step,
         )
         return DataLoader(
             self.train_records,

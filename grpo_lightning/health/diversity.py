@@ -7,7 +7,8 @@ independent sampling would give: for sample i with probability p_i under the sam
 policy, the number of other samples of its group equal to it has expectation
 (G - 1) x p_i. Eight identical samples of a completion with p = 0.9 are expected; eight
 identical samples of one with p = 0.01 mean the samples were not drawn independently.
-The same test runs across steps: when a prompt comes back, its new samples should hit its
+Counted per sample (has it a duplicate in its group?) so that one big cluster cannot
+dominate. The same test runs across steps: when a prompt comes back, its new samples should hit its
 previous completions only as often as those completions are likely.
 """
 
@@ -32,6 +33,11 @@ class DiversityCheck(HealthCheck):
         self._memory: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()  # prompt -> (hashes, probs)
         self._lower: np.ndarray | None = None
 
+    def _eye(self, size: int) -> np.ndarray:
+        if getattr(self, "_eye_cache", None) is None or self._eye_cache.shape[0] != size:
+            self._eye_cache = np.eye(size, dtype=bool)
+        return self._eye_cache
+
     def _strict_lower(self, size: int) -> np.ndarray:
         if self._lower is None or self._lower.shape[0] != size:
             self._lower = np.tril(np.ones((size, size), dtype=bool), k=-1)
@@ -50,11 +56,13 @@ class DiversityCheck(HealthCheck):
             "groups": float(groups),
             "identical_groups": float((distinct == 1).sum()),
             "distinct": float(distinct.sum()),
-            "dup_obs": float(same.sum() - hashes.size),
-            "dup_exp": float((size - 1) * probs.sum()),
-            "dup_possible": float(groups * size * (size - 1)),
+            # Per sample: does another sample of its group equal it? Independent sampling
+            # predicts it with probability 1 - (1 - p)^(G-1) <= min(1, (G-1) p).
+            "dup_obs": float(((same & ~self._eye(size)).any(axis=2)).sum()),
+            "dup_exp": float(np.minimum((size - 1) * probs, 1.0).sum()),
+            "dup_possible": float(hashes.size),
         }
-        stats.update(self._repeats(view.prompt_hashes[::size].tolist(), hashes, probs, lower))
+        stats.update(self._repeats(view.group_prompt_hashes.tolist(), hashes, probs, lower))
         return stats
 
     def _repeats(self, prompts: list[int], hashes: np.ndarray, probs: np.ndarray, lower: np.ndarray) -> dict[str, float]:
@@ -105,8 +113,8 @@ class DiversityCheck(HealthCheck):
         parts = [
             f"{t['identical_groups']:.0f} of {t['groups']:.0f} groups have all {size} completions identical "
             f"({t['distinct'] / groups:.2f} distinct completions per group of {size})",
-            f"{metrics['duplicate_frac']:.0%} of the sample pairs within a group are duplicates, where the "
-            f"policy's own probabilities predict {metrics['duplicate_expected_frac']:.1%}",
+            f"{metrics['duplicate_frac']:.0%} of the samples have a duplicate in their group, where the "
+            f"policy's own probabilities predict at most {metrics['duplicate_expected_frac']:.1%}",
         ]
         if t["repeat_possible"]:
             parts.append(

@@ -2,8 +2,8 @@
 the ranks' shares the same sequences?
 
 Every rank all-gathers (prompt hash, completion hash, probability) of its samples, then
-counts, for each of its own samples, the samples of the same prompt on *other* ranks that
-are the same completion, against the (others x p) that independent sampling predicts.
+counts its own samples that have an identical twin among the samples of the same prompt on
+*other* ranks, against the min(1, others x p) that independent sampling allows.
 Duplicates within one rank's group are the diversity check's business (F1).
 """
 
@@ -36,16 +36,19 @@ class CrossRankDuplicatesCheck(HealthCheck):
         same_prompt = local[:, 0:1] == others[None, :, 0]
         same = same_prompt & (local[:, 1:2] == others[None, :, 1])
         num_others = same_prompt.sum(axis=1)
+        shared = num_others > 0
+        # Per sample: has it a twin on another rank? Independent sampling predicts it with
+        # probability 1 - (1 - p)^n <= min(1, n p), n = samples of its prompt elsewhere.
         return {
             "samples": float(len(local)),
-            "shared": float((num_others > 0).sum()),
-            "dup_obs": float(same.sum()),
-            "dup_exp": float((num_others * probs).sum()),
-            "dup_possible": float(num_others.sum()),
+            "shared": float(shared.sum()),
+            "dup_obs": float(same.any(axis=1).sum()),
+            "dup_exp": float(np.minimum(num_others * probs, 1.0).sum()),
+            "dup_possible": float(shared.sum()),
         }
 
     def evaluate(self, t: dict[str, float], view: StepView) -> tuple[dict[str, float], Finding | None]:
-        possible = max(t["dup_possible"], 1.0)
+        possible = max(t["dup_possible"], 1.0)  # samples whose prompt is on another rank too
         metrics = {
             "cross_rank_frac": t["dup_obs"] / possible,
             "cross_rank_expected_frac": t["dup_exp"] / possible,
@@ -54,9 +57,9 @@ class CrossRankDuplicatesCheck(HealthCheck):
         if not excess(t["dup_obs"], t["dup_exp"], t["dup_possible"], self.cfg.excess_ratio, self.cfg.min_excess_frac):
             return metrics, None
         evidence = (
-            f"{metrics['cross_rank_frac']:.0%} of the pairs (sample, sample of the same prompt on another rank) "
-            f"are the same completion ({t['dup_obs']:.0f} of {t['dup_possible']:.0f}), where the policy's own "
-            f"probabilities predict {metrics['cross_rank_expected_frac']:.1%}; {t['shared']:.0f} of "
+            f"{metrics['cross_rank_frac']:.0%} of the samples whose prompt was also sampled on another rank have "
+            f"an identical twin there ({t['dup_obs']:.0f} of {t['dup_possible']:.0f}), where the policy's own "
+            f"probabilities predict at most {metrics['cross_rank_expected_frac']:.1%}; {t['shared']:.0f} of "
             f"{t['samples']:.0f} samples over {view.world_size} ranks have their prompt on another rank too."
         )
         return metrics, Finding(evidence, {**t, **metrics})

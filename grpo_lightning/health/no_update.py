@@ -1,7 +1,7 @@
 """F4: no parameter update. Did the optimizer step actually move the weights?
 
-Before each training step the check copies (a bounded sample of) the trainable weights;
-after it, the update norm is ``||theta_after - theta_before||``. An update of exactly zero
+Before each training step the check copies a fixed sample of every trainable tensor; after
+it, the update norm is ``||theta_after - theta_before||`` over that sample. An update of exactly zero
 while optimizer steps were taken with lr > 0 and a non-zero gradient means the gradients
 were lost before the step (the gradient-accumulation bug). A second signal: the KL to the
 reference stuck at exactly zero while beta > 0, although earlier steps had a gradient.
@@ -19,27 +19,30 @@ from grpo_lightning.health.view import StepView
 
 
 class ParameterSnapshot:
-    """A flat copy of the trainable weights, at most ``max_elements`` values (a prefix of each
-    tensor once the budget runs short); taking and comparing it are one ``cat`` each."""
+    """A flat copy of a fixed strided sample of every trainable tensor (at most
+    ``per_tensor`` values each), taken and compared with one ``cat`` each.
 
-    def __init__(self, max_elements: int):
-        self.max_elements = max_elements
+    A lost optimizer step leaves every tensor unchanged and a real AdamW step moves every
+    tensor that had a gradient, so a sample per tensor tells the two apart at a fraction of
+    the cost of copying the model (which would cost more than a small model's whole step).
+    """
+
+    def __init__(self, per_tensor: int):
+        self.per_tensor = per_tensor
         self.views: list[torch.Tensor] = []
         self.flat: torch.Tensor | None = None
         self.tracked = 0
         self.total = 0
 
     def _select(self, module: torch.nn.Module) -> None:
-        budget = self.max_elements
         for param in module.parameters():
             if not param.requires_grad:
                 continue
             self.total += param.numel()
-            take = min(param.numel(), budget)
-            if take > 0:
-                self.views.append(param.detach().view(-1)[:take])
-                budget -= take
-        self.tracked = self.max_elements - budget
+            stride = -(-param.numel() // self.per_tensor)
+            view = param.detach().view(-1)[::stride]
+            self.views.append(view)
+            self.tracked += view.numel()
 
     @torch.no_grad()
     def take(self, module: torch.nn.Module) -> None:
@@ -64,7 +67,7 @@ class NoUpdateCheck(HealthCheck):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.snapshot = ParameterSnapshot(cfg.max_tracked_elements)
+        self.snapshot = ParameterSnapshot(cfg.tracked_per_tensor)
         self._effective_steps = 0  # earlier steps taken with a non-zero gradient
 
     def before_step(self, pl_module) -> None:
@@ -90,8 +93,8 @@ class NoUpdateCheck(HealthCheck):
         problems = []
         if taken > 0 and view.lr > 0 and grad > self.cfg.min_grad_norm and update <= self.cfg.min_update_norm:
             problems.append(
-                f"the weights did not change (update norm {update:.3g} over "
-                f"{self.snapshot.tracked} tracked of {self.snapshot.total} parameters) although {taken:.0f} "
+                f"the weights did not change (update norm {update:.3g} over a sample of "
+                f"{self.snapshot.tracked} of the {self.snapshot.total} trainable weights) although {taken:.0f} "
                 f"optimizer step(s) were taken with lr={view.lr:.3g} and gradient norm {grad:.3g}"
             )
         beta = view.algorithm.beta

@@ -27,19 +27,18 @@ class RewardSignalCheck(HealthCheck):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self._window: deque[tuple[float, float, float]] = deque(maxlen=cfg.window)
+        self._window: deque[np.ndarray] = deque(maxlen=cfg.window)  # (stuck, zero std, groups) per step
+        self._sums = np.zeros(3)
         self._best = float("-inf")
 
     def measure(self, view: StepView) -> dict[str, float]:
         r = view.rollout
         grouped = r.rewards.detach().cpu().numpy().astype(np.float64).reshape(-1, r.group_size)
         means = grouped.mean(axis=1)
-        flat = grouped.std(axis=1) < _ZERO_STD
+        flat = np.ptp(grouped, axis=1) < _ZERO_STD  # all equal: zero std
         self._best = max(self._best, float(means.max()))
         stuck = flat & (means < self._best - _ZERO_STD)
-        spread = sum(
-            float(v.detach().cpu().numpy().std()) > _ZERO_STD for v in r.reward_components.values() if v.numel() > 1
-        )
+        spread = sum(float(np.ptp(v.detach().cpu().numpy())) > _ZERO_STD for v in r.reward_components.values())
         return {
             "groups": float(grouped.shape[0]),
             "zero_std": float(flat.sum()),
@@ -49,10 +48,12 @@ class RewardSignalCheck(HealthCheck):
         }
 
     def evaluate(self, t: dict[str, float], view: StepView) -> tuple[dict[str, float], Finding | None]:
-        self._window.append((t["stuck"], t["zero_std"], t["groups"]))
-        stuck = sum(w[0] for w in self._window)
-        zero = sum(w[1] for w in self._window)
-        groups = max(sum(w[2] for w in self._window), 1.0)
+        if len(self._window) == self._window.maxlen:
+            self._sums -= self._window[0]
+        entry = np.array([t["stuck"], t["zero_std"], t["groups"]])
+        self._window.append(entry)
+        self._sums += entry
+        stuck, zero, groups = self._sums[0], self._sums[1], max(self._sums[2], 1.0)
         metrics = {"stuck_frac": stuck / groups, "zero_std_frac": zero / groups}
         full = len(self._window) == self._window.maxlen
         if not (full and stuck / groups > self.cfg.max_stuck_frac):

@@ -59,10 +59,16 @@ class StepView:
         return sequence_hashes(self.completion_ids, self.completion_mask)
 
     @cached_property
+    def group_prompt_hashes(self) -> np.ndarray:
+        """[N / G] int64, one per group, equal for equal prompts (on any rank, whatever the padding)."""
+        r, size = self.rollout, self.group_size
+        ids, mask = r.prompt_ids[::size].cpu().numpy(), r.prompt_mask[::size].cpu().numpy()
+        return sequence_hashes(ids, mask, right_aligned=True)
+
+    @cached_property
     def prompt_hashes(self) -> np.ndarray:
-        """[N] int64, equal for equal prompts (on any rank, whatever the padding)."""
-        r = self.rollout
-        return sequence_hashes(r.prompt_ids.cpu().numpy(), r.prompt_mask.cpu().numpy(), right_aligned=True)
+        """[N] int64: the group's prompt hash for every sample."""
+        return np.repeat(self.group_prompt_hashes, self.group_size)
 
     @cached_property
     def sample_probs(self) -> np.ndarray | None:
