@@ -56,11 +56,12 @@ class HealthMonitor(L.Callback):
     # ----------------------------------------------------------------------- the work
     def _view(self, trainer: L.Trainer, pl_module: L.LightningModule) -> StepView | None:
         result = getattr(pl_module, "last_step", None)
-        rollout = next(
-            (cb.last_rollout for cb in trainer.callbacks if getattr(cb, "last_rollout", None) is not None), None
-        )
+        source = next((cb for cb in trainer.callbacks if getattr(cb, "last_rollout", None) is not None), None)
+        rollout = source.last_rollout if source is not None else None
         if result is None or rollout is None or not result.passes:
             return None
+        sampling = getattr(source, "sampling", None)
+        filtered = sampling is not None and (sampling.top_p < 1.0 or sampling.top_k > 0)
         world = trainer.world_size
         gather = None
         if world > 1:
@@ -78,6 +79,7 @@ class HealthMonitor(L.Callback):
             rank=trainer.global_rank,
             world_size=world,
             all_gather=gather,
+            filtered_sampling=filtered,
         )
 
     def _sum_over_ranks(self, local: list[dict[str, float]], trainer: L.Trainer, device) -> list[dict[str, float]]:

@@ -39,6 +39,8 @@ class ParameterSnapshot:
             if not param.requires_grad:
                 continue
             self.total += param.numel()
+            if not param.is_contiguous():  # a strided view needs a flat layout; rare, skip it
+                continue
             stride = -(-param.numel() // self.per_tensor)
             view = param.detach().view(-1)[::stride]
             self.views.append(view)

@@ -1,8 +1,8 @@
 """Reward signal: how many groups give GRPO nothing to learn from, over a window of steps.
 
 A group whose rewards are all equal has zero advantages and no gradient. Groups that are
-all equal *at the best reward seen so far* are solved, which is fine; the check counts the
-others (stuck groups). When the rewards still vary between prompts (each reward function
+all equal *at the best reward seen so far* are solved, which is fine (unless the reward has
+never varied in the run); the check counts the others (stuck groups). When the rewards still vary between prompts (each reward function
 has a spread over the batch) but not within groups, the samples of a group are likely
 identical: F1's signature as the reward logs show it.
 """
@@ -30,6 +30,7 @@ class RewardSignalCheck(HealthCheck):
         self._window: deque[np.ndarray] = deque(maxlen=cfg.window)  # (stuck, zero std, groups) per step
         self._sums = np.zeros(3)
         self._best = float("-inf")
+        self._worst = float("inf")
 
     def measure(self, view: StepView) -> dict[str, float]:
         r = view.rollout
@@ -37,7 +38,11 @@ class RewardSignalCheck(HealthCheck):
         means = grouped.mean(axis=1)
         flat = np.ptp(grouped, axis=1) < _ZERO_STD  # all equal: zero std
         self._best = max(self._best, float(means.max()))
-        stuck = flat & (means < self._best - _ZERO_STD)
+        self._worst = min(self._worst, float(means.min()))
+        # Solved: all equal at the best group reward of the run, provided rewards have ever
+        # differed (a reward that never varies solves nothing).
+        varied = self._best > self._worst + _ZERO_STD
+        stuck = flat & ~((means >= self._best - _ZERO_STD) & varied)
         spread = sum(float(np.ptp(v.detach().cpu().numpy())) > _ZERO_STD for v in r.reward_components.values())
         return {
             "groups": float(grouped.shape[0]),
@@ -58,10 +63,13 @@ class RewardSignalCheck(HealthCheck):
         full = len(self._window) == self._window.maxlen
         if not (full and stuck / groups > self.cfg.max_stuck_frac):
             return metrics, None
+        if self._best > self._worst + _ZERO_STD:
+            where = f"below the best group reward seen so far ({self._best:.3g})"
+        else:
+            where = f"and the reward has not varied once in this run (every group's mean is {self._best:.3g})"
         evidence = (
             f"over the last {len(self._window)} steps {zero / groups:.0%} of the groups had zero reward std, "
-            f"{stuck / groups:.0%} of them below the best group reward seen so far ({self._best:.3g}) "
-            f"(threshold {self.cfg.max_stuck_frac:.0%})"
+            f"{stuck / groups:.0%} of all groups stuck there {where} (threshold {self.cfg.max_stuck_frac:.0%})"
         )
         world = view.world_size
         if t["components"] and t["components_spread"] / world >= 1 and t["zero_std"] / max(t["groups"], 1) > 0.5:

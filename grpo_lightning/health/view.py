@@ -31,6 +31,7 @@ class StepView:
         rank: int = 0,
         world_size: int = 1,
         all_gather: Callable[[np.ndarray], np.ndarray] | None = None,
+        filtered_sampling: bool = False,
     ):
         self.step = step
         self.rollout = rollout
@@ -40,6 +41,7 @@ class StepView:
         self.rank = rank
         self.world_size = world_size
         self.all_gather = all_gather  # [N, ...] local -> [world, N, ...]; None on one rank
+        self.filtered_sampling = filtered_sampling  # top_p < 1 or top_k > 0
 
     @property
     def group_size(self) -> int:
@@ -75,16 +77,23 @@ class StepView:
         """[N] probability of each completion under the sampling policy, or None if unknown.
 
         From the trainer's own float32 log-probs at the sampling temperature (first pass,
-        before any update of this step), so a faulty engine cannot vouch for itself; the
-        engine's reported log-probs are the fallback. A dropped (non-finite) sequence gets
+        before any update of this step), so a faulty engine cannot vouch for itself. With
+        top-p / top-k filtering the sampling distribution is sharper than the policy's, so the
+        larger of the two probabilities is used (the engine reports the filtered one). The
+        engine's log-probs are also the fallback. A dropped (non-finite) sequence gets
         probability 1: it is then never evidence of a duplicate excess.
         """
         passes = self.result.passes
+        engine = None
+        if self.rollout.engine_logprobs is not None:
+            lp = self.rollout.engine_logprobs.cpu().numpy().astype(np.float64)
+            engine = np.where(self.completion_mask, lp, 0.0).sum(axis=1)
         if passes and passes[0].seq_logp is not None:
             logp = passes[0].seq_logp.detach().cpu().numpy().astype(np.float64)
-        elif self.rollout.engine_logprobs is not None:
-            lp = self.rollout.engine_logprobs.cpu().numpy().astype(np.float64)
-            logp = np.where(self.completion_mask, lp, 0.0).sum(axis=1)
+            if self.filtered_sampling and engine is not None:
+                logp = np.fmax(logp, engine)
+        elif engine is not None:
+            logp = engine
         else:
             return None
         return np.where(np.isfinite(logp), np.exp(np.minimum(logp, 0.0)), 1.0)
