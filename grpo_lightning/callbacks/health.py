@@ -20,6 +20,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from grpo_lightning.config import HEALTH_CHECKS, HealthConfig
 from grpo_lightning.health import CHECK_CLASSES, Alert, HealthCheck, HealthCheckError, HealthWarning, StepView
+from grpo_lightning.health.fingerprints import TextHashes
 
 
 class HealthMonitor(L.Callback):
@@ -33,6 +34,7 @@ class HealthMonitor(L.Callback):
         self.active: dict[str, bool] = {c.name: False for c in self.checks}
         self._streak: dict[str, int] = {c.name: 0 for c in self.checks}
         self._announced = False
+        self._text_hashes = TextHashes()
         self.seconds = 0.0  # time spent in the monitor's hooks (the benchmark reads it)
         self.steps = 0
 
@@ -80,6 +82,7 @@ class HealthMonitor(L.Callback):
             world_size=world,
             all_gather=gather,
             filtered_sampling=filtered,
+            text_hashes=self._text_hashes,
         )
 
     def _sum_over_ranks(self, local: list[dict[str, float]], trainer: L.Trainer, device) -> list[dict[str, float]]:

@@ -14,8 +14,6 @@ previous completions only as often as those completions are likely.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import numpy as np
 
 from grpo_lightning.health.alerts import Finding
@@ -30,7 +28,7 @@ class DiversityCheck(HealthCheck):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self._memory: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()  # prompt -> (hashes, probs)
+        self._memory: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # prompt -> (hashes, probs), oldest first
         self._lower: np.ndarray | None = None
 
     def _eye(self, size: int) -> np.ndarray:
@@ -62,33 +60,34 @@ class DiversityCheck(HealthCheck):
             "dup_exp": float(np.minimum((size - 1) * probs, 1.0).sum()),
             "dup_possible": float(hashes.size),
         }
-        stats.update(self._repeats(view.group_prompt_hashes.tolist(), hashes, probs, lower))
+        stats.update(self._repeats(view.group_prompt_hashes.tolist(), hashes, probs))
         return stats
 
-    def _repeats(self, prompts: list[int], hashes: np.ndarray, probs: np.ndarray, lower: np.ndarray) -> dict[str, float]:
+    def _repeats(self, prompts: list[int], hashes: np.ndarray, probs: np.ndarray) -> dict[str, float]:
         """Completions of a returning prompt that repeat one of its previous step's, and how
-        many independent sampling predicts: G x (probability mass of the previous completions,
-        the larger of then and now)."""
+        many independent sampling predicts: G x the probability mass of the previous
+        completions (the larger of then and now; a completion seen k times counts k times,
+        which only errs towards expecting more repeats)."""
         if self.cfg.memory_prompts <= 0:
             return {"repeat_obs": 0.0, "repeat_exp": 0.0, "repeat_possible": 0.0}
         rows, old_hashes, old_probs = [], [], []
+        memory = self._memory  # a dict keeps insertion order: re-inserting makes a prompt the newest
         for row, prompt in enumerate(prompts):
-            before = self._memory.pop(prompt, None)
+            before = memory.pop(prompt, None)
             if before is not None:
                 rows.append(row)
                 old_hashes.append(before[0])
                 old_probs.append(before[1])
-            self._memory[prompt] = (hashes[row], probs[row])
-        while len(self._memory) > self.cfg.memory_prompts:
-            self._memory.popitem(last=False)
+            memory[prompt] = (hashes[row], probs[row])
+        while len(memory) > self.cfg.memory_prompts:
+            del memory[next(iter(memory))]
         if not rows:
             return {"repeat_obs": 0.0, "repeat_exp": 0.0, "repeat_possible": 0.0}
         new, new_p = hashes[rows], probs[rows]
         old, old_p = np.stack(old_hashes), np.stack(old_probs)
         match = old[:, :, None] == new[:, None, :]  # [k, old sample, new sample]
-        first = ~((old[:, :, None] == old[:, None, :]) & lower).any(axis=2)  # first copy of each old completion
-        p_now = np.where(match, new_p[:, None, :], 0.0).max(axis=2)
-        likely = (np.maximum(old_p, p_now) * first).sum(axis=1)
+        p_now = (match * new_p[:, None, :]).max(axis=2)
+        likely = np.maximum(old_p, p_now).sum(axis=1)
         size = hashes.shape[1]
         return {
             "repeat_obs": float(match.any(axis=1).sum()),

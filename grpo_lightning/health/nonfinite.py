@@ -8,7 +8,7 @@ speaks up at the first event, while the run can still be saved by a config chang
 
 from __future__ import annotations
 
-import numpy as np
+import torch
 
 from grpo_lightning.health.alerts import Finding
 from grpo_lightning.health.base import HealthCheck
@@ -27,9 +27,9 @@ class NonFiniteCheck(HealthCheck):
     def measure(self, view: StepView) -> dict[str, float]:
         result = view.result
         engine = 0.0
-        if view.rollout.engine_logprobs is not None:
-            lp = view.rollout.engine_logprobs.cpu().numpy()
-            engine = float((~np.isfinite(lp) & view.completion_mask).any(axis=1).sum())
+        lp = view.rollout.engine_logprobs
+        if lp is not None and not bool(torch.isfinite(lp).all()):  # the common case costs one op
+            engine = float((~torch.isfinite(lp) & view.rollout.completion_mask.bool()).any(dim=1).sum())
         return {
             "seqs": float(sum(p.dropped_seqs for p in result.passes)),
             "losses": float(sum(not p.finite_loss for p in result.passes)),

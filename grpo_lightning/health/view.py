@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from grpo_lightning.health.fingerprints import sequence_hashes
+from grpo_lightning.health.fingerprints import TextHashes, completion_hashes, token_hashes
 
 if TYPE_CHECKING:
     from grpo_lightning.config import AlgorithmConfig
@@ -32,6 +32,7 @@ class StepView:
         world_size: int = 1,
         all_gather: Callable[[np.ndarray], np.ndarray] | None = None,
         filtered_sampling: bool = False,
+        text_hashes: TextHashes | None = None,
     ):
         self.step = step
         self.rollout = rollout
@@ -42,6 +43,7 @@ class StepView:
         self.world_size = world_size
         self.all_gather = all_gather  # [N, ...] local -> [world, N, ...]; None on one rank
         self.filtered_sampling = filtered_sampling  # top_p < 1 or top_k > 0
+        self.text_hashes = text_hashes or TextHashes()
 
     @property
     def group_size(self) -> int:
@@ -58,14 +60,15 @@ class StepView:
     @cached_property
     def completion_hashes(self) -> np.ndarray:
         """[N] int64, equal for equal completions (on any rank)."""
-        return sequence_hashes(self.completion_ids, self.completion_mask)
+        return completion_hashes(self.rollout.completion_ids, self.rollout.completion_mask)
 
     @cached_property
     def group_prompt_hashes(self) -> np.ndarray:
         """[N / G] int64, one per group, equal for equal prompts (on any rank, whatever the padding)."""
         r, size = self.rollout, self.group_size
-        ids, mask = r.prompt_ids[::size].cpu().numpy(), r.prompt_mask[::size].cpu().numpy()
-        return sequence_hashes(ids, mask, right_aligned=True)
+        if r.prompts:
+            return self.text_hashes(r.prompts[::size])
+        return token_hashes(r.prompt_ids[::size], r.prompt_mask[::size])
 
     @cached_property
     def prompt_hashes(self) -> np.ndarray:
@@ -84,13 +87,14 @@ class StepView:
         probability 1: it is then never evidence of a duplicate excess.
         """
         passes = self.result.passes
+        trainer_side = passes[0].seq_logp if passes else None
         engine = None
-        if self.rollout.engine_logprobs is not None:
+        if self.rollout.engine_logprobs is not None and (trainer_side is None or self.filtered_sampling):
             lp = self.rollout.engine_logprobs.cpu().numpy().astype(np.float64)
             engine = np.where(self.completion_mask, lp, 0.0).sum(axis=1)
-        if passes and passes[0].seq_logp is not None:
-            logp = passes[0].seq_logp.detach().cpu().numpy().astype(np.float64)
-            if self.filtered_sampling and engine is not None:
+        if trainer_side is not None:
+            logp = trainer_side.detach().cpu().numpy().astype(np.float64)
+            if engine is not None:
                 logp = np.fmax(logp, engine)
         elif engine is not None:
             logp = engine
