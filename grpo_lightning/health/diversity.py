@@ -29,34 +29,21 @@ class DiversityCheck(HealthCheck):
     def __init__(self, cfg):
         super().__init__(cfg)
         self._memory: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # prompt -> (hashes, probs), oldest first
-        self._lower: np.ndarray | None = None
-
-    def _eye(self, size: int) -> np.ndarray:
-        if getattr(self, "_eye_cache", None) is None or self._eye_cache.shape[0] != size:
-            self._eye_cache = np.eye(size, dtype=bool)
-        return self._eye_cache
-
-    def _strict_lower(self, size: int) -> np.ndarray:
-        if self._lower is None or self._lower.shape[0] != size:
-            self._lower = np.tril(np.ones((size, size), dtype=bool), k=-1)
-        return self._lower
 
     def measure(self, view: StepView) -> dict[str, float]:
         size = view.group_size
         hashes = view.completion_hashes.reshape(-1, size)
         groups = hashes.shape[0]
-        lower = self._strict_lower(size)
-        same = hashes[:, :, None] == hashes[:, None, :]
-        distinct = size - (same & lower).any(axis=2).sum(axis=1)
+        copies = (hashes[:, :, None] == hashes[:, None, :]).sum(axis=2)  # [g, G], itself included
         probs = view.sample_probs
         probs = np.zeros(hashes.shape) if probs is None else probs.reshape(-1, size)
         stats = {
             "groups": float(groups),
-            "identical_groups": float((distinct == 1).sum()),
-            "distinct": float(distinct.sum()),
+            "identical_groups": float((copies[:, 0] == size).sum()),
+            "distinct": float((1.0 / copies).sum()),  # each distinct completion adds up to 1
             # Per sample: does another sample of its group equal it? Independent sampling
             # predicts it with probability 1 - (1 - p)^(G-1) <= min(1, (G-1) p).
-            "dup_obs": float(((same & ~self._eye(size)).any(axis=2)).sum()),
+            "dup_obs": float((copies > 1).sum()),
             "dup_exp": float(np.minimum((size - 1) * probs, 1.0).sum()),
             "dup_possible": float(hashes.size),
         }

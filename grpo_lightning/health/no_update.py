@@ -19,13 +19,15 @@ from grpo_lightning.health.view import StepView
 
 
 class ParameterSnapshot:
-    """A flat copy of a fixed strided sample of every trainable tensor (at most
-    ``per_tensor`` values each), taken and compared with one ``cat`` each.
+    """A flat copy of a fixed strided sample (at most ``per_tensor`` values) of up to 8 trainable
+    tensors spread over the model, taken and compared with one ``cat`` each.
 
     A lost optimizer step leaves every tensor unchanged and a real AdamW step moves every
     tensor that had a gradient, so a sample per tensor tells the two apart at a fraction of
     the cost of copying the model (which would cost more than a small model's whole step).
     """
+
+    MAX_TENSORS = 8  # spread over the model: first, last and evenly between
 
     def __init__(self, per_tensor: int):
         self.per_tensor = per_tensor
@@ -35,12 +37,13 @@ class ParameterSnapshot:
         self.total = 0
 
     def _select(self, module: torch.nn.Module) -> None:
-        for param in module.parameters():
-            if not param.requires_grad:
-                continue
-            self.total += param.numel()
-            if not param.is_contiguous():  # a strided view needs a flat layout; rare, skip it
-                continue
+        params = [p for p in module.parameters() if p.requires_grad]
+        self.total = sum(p.numel() for p in params)
+        params = [p for p in params if p.is_contiguous()]  # a strided view needs a flat layout
+        if len(params) > self.MAX_TENSORS:
+            last = len(params) - 1
+            params = [params[round(i * last / (self.MAX_TENSORS - 1))] for i in range(self.MAX_TENSORS)]
+        for param in params:
             stride = -(-param.numel() // self.per_tensor)
             view = param.detach().view(-1)[::stride]
             self.views.append(view)
