@@ -100,7 +100,7 @@ class DiversityCheck(HealthCheck):
             f"{t['identical_groups']:.0f} of {t['groups']:.0f} groups have all {size} completions identical "
             f"({t['distinct'] / groups:.2f} distinct completions per group of {size})",
             f"{metrics['duplicate_frac']:.0%} of the samples have a duplicate in their group, where the "
-            f"policy's own probabilities predict at most {metrics['duplicate_expected_frac']:.1%}",
+            f"policy's own probabilities predict at most {metrics['duplicate_expected_frac']:.2%}",
         ]
         if t["repeat_possible"]:
             parts.append(

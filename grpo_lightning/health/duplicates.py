@@ -59,7 +59,7 @@ class CrossRankDuplicatesCheck(HealthCheck):
         evidence = (
             f"{metrics['cross_rank_frac']:.0%} of the samples whose prompt was also sampled on another rank have "
             f"an identical twin there ({t['dup_obs']:.0f} of {t['dup_possible']:.0f}), where the policy's own "
-            f"probabilities predict at most {metrics['cross_rank_expected_frac']:.1%}; {t['shared']:.0f} of "
+            f"probabilities predict at most {metrics['cross_rank_expected_frac']:.2%}; {t['shared']:.0f} of "
             f"{t['samples']:.0f} samples over {view.world_size} ranks have their prompt on another rank too."
         )
         return metrics, Finding(evidence, {**t, **metrics})

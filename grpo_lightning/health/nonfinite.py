@@ -47,12 +47,15 @@ class NonFiniteCheck(HealthCheck):
         if not (t["seqs"] or t["losses"] or t["grads"] or t["skipped"] or t["engine_seqs"]):
             return metrics, None
         grad = view.result.grad_norms[-1] if view.result.grad_norms else float("nan")
+        parts = [
+            f"{t['seqs']:.0f} sequences had non-finite log-probs (dropped from the loss)" if t["seqs"] else "",
+            f"{t['losses']:.0f} passes had a non-finite loss" if t["losses"] else "",
+            f"{t['grads'] / world:.0f} passes had a non-finite gradient" if t["grads"] else "",
+            f"the engine reported non-finite log-probs for {t['engine_seqs']:.0f} sequences" if t["engine_seqs"] else "",
+        ]
         evidence = (
-            f"{t['seqs']:.0f} sequences had non-finite log-probs (dropped from the loss), "
-            f"{t['losses']:.0f} micro-batch passes had a non-finite loss, {t['grads'] / world:.0f} a non-finite "
-            f"gradient; {skipped:.0f} of {passes:.0f} optimizer steps of this batch were skipped "
-            f"({self._run_skipped:.0f} in the run so far); the engine reported non-finite log-probs for "
-            f"{t['engine_seqs']:.0f} sequences; last gradient norm {grad:.3g}."
+            "; ".join(p for p in parts if p) + f"; {skipped:.0f} of {passes:.0f} optimizer steps of this batch "
+            f"were skipped ({self._run_skipped:.0f} in the run so far); last gradient norm {grad:.3g}."
         )
         return metrics, Finding(evidence, {**t, **metrics})
 

@@ -94,11 +94,10 @@ class NormalizationCheck(HealthCheck):
             metrics["policy_term_error"] = error
             if error > self.cfg.atol + self.cfg.rtol * scale:
                 problems.append(
-                    f"with ratio 1 the policy term must equal {mode} of -advantages = {expected:.6g} "
+                    f"with ratio 1 the policy term must equal {mode} of -advantages = {expected:.6f} "
                     f"(global normalizer {t['normalizer']:g} = {NORMALIZER_MEANING[mode]}), but the module's "
-                    f"policy term was {t['reported']:.6g} (off by {error:.3g}, tolerance "
-                    f"{self.cfg.atol + self.cfg.rtol * scale:.3g}); implied normalizer "
-                    f"{t['numerator'] / t['reported'] if t['reported'] else float('inf'):.6g}"
+                    f"policy term was {t['reported']:.6f} (off by {error:.3g}, tolerance "
+                    f"{self.cfg.atol + self.cfg.rtol * scale:.3g})"
                 )
         if not problems:
             return metrics, None

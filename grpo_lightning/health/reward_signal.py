@@ -64,12 +64,12 @@ class RewardSignalCheck(HealthCheck):
         if not (full and stuck / groups > self.cfg.max_stuck_frac):
             return metrics, None
         if self._best > self._worst + _ZERO_STD:
-            where = f"below the best group reward seen so far ({self._best:.3g})"
+            where = f" below the best group reward seen so far ({self._best:.3g})"
         else:
-            where = f"and the reward has not varied once in this run (every group's mean is {self._best:.3g})"
+            where = f", and the reward has not varied once in this run (every group's mean is {self._best:.3g})"
         evidence = (
             f"over the last {len(self._window)} steps {zero / groups:.0%} of the groups had zero reward std, "
-            f"{stuck / groups:.0%} of all groups stuck there {where} (threshold {self.cfg.max_stuck_frac:.0%})"
+            f"{stuck / groups:.0%} of all groups stuck there{where} (threshold {self.cfg.max_stuck_frac:.0%})"
         )
         world = view.world_size
         if t["components"] and t["components_spread"] / world >= 1 and t["zero_std"] / max(t["groups"], 1) > 0.5:
