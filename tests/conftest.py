@@ -41,10 +41,6 @@ def fit(cfg: TrainConfig, prepare=None) -> Run:
     return run
 
 
-def checks_alerted(run: Run) -> set[str]:
-    return {alert.check for alert in run.health.alerts}
-
-
 @pytest.fixture
 def config_factory():
     return make_config

@@ -11,7 +11,7 @@ import grpo_lightning.callbacks.rollout as rollout_module
 from grpo_lightning.rollout import GenerationRequest, HFEngine
 from grpo_lightning.rollout import sampler as sampler_module
 
-from conftest import checks_alerted, fit, make_config
+from conftest import fit, make_config
 
 STEPS = 12
 
@@ -49,8 +49,6 @@ def test_engine_reusing_one_seed_is_diagnosed_as_f1(monkeypatch):
     assert alert.values["identical_groups"] == alert.values["groups"] == 16
     assert "16 of 16 groups have all 8 completions identical" in alert.text
     assert "seed" in alert.causes and "SamplingParams(seed=request.seed)" in alert.fix
-    # the reward check sees the same failure from the rewards' side
-    assert "reward_signal" not in checks_alerted(run) or "F1" in run.health.alerts_for("reward_signal")[0].failure
 
 
 def test_greedy_sampler_is_diagnosed_as_f1(monkeypatch):
