@@ -15,7 +15,13 @@ import torch
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from transformers import PreTrainedTokenizerBase
 
-from grpo_lightning.callbacks import AsyncRolloutCallback, RolloutCallback, TrainingSummary, WeightSyncCallback
+from grpo_lightning.callbacks import (
+    AsyncRolloutCallback,
+    HealthMonitor,
+    RolloutCallback,
+    TrainingSummary,
+    WeightSyncCallback,
+)
 from grpo_lightning.config import TrainConfig, validate_config
 from grpo_lightning.data import PromptDataModule, arithmetic_records
 from grpo_lightning.models import load_policy
@@ -34,6 +40,7 @@ class Run:
     logger: Logger | bool
     tokenizer: PreTrainedTokenizerBase
     rollout: RolloutCallback
+    health: HealthMonitor | None = None
 
     def trainer(self, cfg: TrainConfig, **overrides) -> L.Trainer:
         t = cfg.trainer
@@ -132,4 +139,7 @@ def build_run(cfg: TrainConfig, engine: RolloutEngine | None = None) -> Run:
     if r.engine == "vllm":
         v = r.vllm
         callbacks.append(WeightSyncCallback(rollout, v.sync_every, v.verify_sync, v.verify_tolerance))
-    return Run(module, datamodule, callbacks, build_logger(cfg), tokenizer, rollout)
+    health = HealthMonitor(cfg.health) if cfg.health.enabled else None
+    if health is not None:
+        callbacks.append(health)
+    return Run(module, datamodule, callbacks, build_logger(cfg), tokenizer, rollout, health)

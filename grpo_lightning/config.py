@@ -125,6 +125,100 @@ class LoggerConfig:
     offline: Optional[bool] = _f(None, "Force wandb offline (true) or online (false); null: offline unless WANDB_API_KEY is set.")
 
 
+HEALTH_ACTIONS = ("warn", "raise", "ignore")
+_ACTION_HELP = "What an alert does: warn (rank-zero warning + health/alert/<check> metric), raise (stop training with the diagnosis), ignore."
+_PATIENCE_HELP = "Consecutive suspicious steps before the alert fires."
+
+
+@dataclass
+class DiversityCheckConfig:
+    action: str = _f("warn", _ACTION_HELP)
+    patience: int = _f(2, _PATIENCE_HELP)
+    excess_ratio: float = _f(3.0, "F1: alert when the samples with a duplicate exceed this multiple of what the policy's own probabilities predict ...")
+    min_excess_frac: float = _f(0.2, "... plus this fraction of the samples (a floor against chance).")
+    memory_prompts: int = _f(10000, "Prompts whose last completions are remembered to spot the same completion at a later step; 0 turns that off.")
+
+
+@dataclass
+class DuplicatesCheckConfig:
+    action: str = _f("warn", _ACTION_HELP)
+    patience: int = _f(2, _PATIENCE_HELP)
+    excess_ratio: float = _f(3.0, "F2: alert when samples with an identical twin on another rank exceed this multiple of the expected count ...")
+    min_excess_frac: float = _f(0.2, "... plus this fraction of the samples whose prompt is on another rank too.")
+
+
+@dataclass
+class NonFiniteCheckConfig:
+    action: str = _f("warn", _ACTION_HELP)
+    patience: int = _f(1, _PATIENCE_HELP + " 1: speak up at the first non-finite value.")
+
+
+@dataclass
+class DegenerateCheckConfig:
+    action: str = _f("warn", _ACTION_HELP)
+    patience: int = _f(3, _PATIENCE_HELP)
+    min_tokens: int = _f(4, "F3: a completion of at least this many copies of one token (EOS aside) is degenerate.")
+    max_degenerate_frac: float = _f(0.5, "F3: alert when more than this fraction of the completions is degenerate.")
+    min_entropy: float = _f(1e-3, "F3: alert when the policy's mean per-token entropy (nats) falls below this.")
+
+
+@dataclass
+class NoUpdateCheckConfig:
+    action: str = _f("warn", _ACTION_HELP)
+    patience: int = _f(2, _PATIENCE_HELP)
+    min_update_norm: float = _f(0.0, "F4: an update norm at or below this (after a step with a gradient) is no update.")
+    min_grad_norm: float = _f(1e-12, "F4: a gradient norm above this counts as 'the loss had a gradient'.")
+    tracked_per_tensor: int = _f(256, "F4: weights sampled (strided) from every trainable tensor and compared before/after each step.")
+
+
+@dataclass
+class RewardSignalCheckConfig:
+    action: str = _f("warn", _ACTION_HELP)
+    patience: int = _f(1, _PATIENCE_HELP)
+    window: int = _f(20, "Steps over which the fraction of stuck (zero-std, unsolved) groups is averaged.")
+    max_stuck_frac: float = _f(0.9, "Alert when more than this fraction of the groups had zero reward std below the best reward seen.")
+
+
+@dataclass
+class NormalizationCheckConfig:
+    action: str = _f("warn", _ACTION_HELP)
+    patience: int = _f(1, _PATIENCE_HELP)
+    rtol: float = _f(1e-4, "F5: relative tolerance of the ratio-1 identity policy term == aggregate(-advantages).")
+    atol: float = _f(1e-6, "F5: absolute tolerance of the same identity.")
+
+
+@dataclass
+class HealthConfig:
+    enabled: bool = _f(True, "Attach the HealthMonitor callback (grpo_lightning.callbacks.HealthMonitor).")
+    log_every_n_steps: int = _f(1, "Log health/* metrics every n steps (checks and alerts run every step).")
+    diversity: DiversityCheckConfig = _f(DiversityCheckConfig(), "F1: identical completions within a group or across steps.")
+    duplicates: DuplicatesCheckConfig = _f(DuplicatesCheckConfig(), "F2: the same completions on several ranks.")
+    nonfinite: NonFiniteCheckConfig = _f(NonFiniteCheckConfig(), "F3: non-finite log-probs, losses, gradients; skipped steps.")
+    degenerate: DegenerateCheckConfig = _f(DegenerateCheckConfig(), "F3: one-token-repeated completions, entropy collapse.")
+    no_update: NoUpdateCheckConfig = _f(NoUpdateCheckConfig(), "F4: zero parameter update; KL stuck at exactly zero.")
+    reward_signal: RewardSignalCheckConfig = _f(RewardSignalCheckConfig(), "Fraction of groups with zero reward std.")
+    normalization: NormalizationCheckConfig = _f(NormalizationCheckConfig(), "F5: one aggregation mode and normalizer for every loss term.")
+
+
+HEALTH_CHECKS = ("diversity", "duplicates", "nonfinite", "degenerate", "no_update", "reward_signal", "normalization")
+
+
+def _validate_health(problems: list[str], h: HealthConfig) -> None:
+    _check(problems, h.log_every_n_steps >= 1, f"health.log_every_n_steps={h.log_every_n_steps} must be >= 1")
+    for name in HEALTH_CHECKS:
+        check = getattr(h, name)
+        _choice(problems, f"health.{name}.action", check.action, HEALTH_ACTIONS)
+        _check(problems, check.patience >= 1, f"health.{name}.patience={check.patience} must be >= 1")
+    for name in ("diversity", "duplicates"):
+        check = getattr(h, name)
+        _check(problems, check.excess_ratio >= 1, f"health.{name}.excess_ratio={check.excess_ratio} must be >= 1")
+        _check(problems, 0 <= check.min_excess_frac < 1, f"health.{name}.min_excess_frac={check.min_excess_frac} must be in [0, 1)")
+    _check(problems, h.reward_signal.window >= 1, f"health.reward_signal.window={h.reward_signal.window} must be >= 1")
+    _check(problems, 0 <= h.reward_signal.max_stuck_frac <= 1, f"health.reward_signal.max_stuck_frac={h.reward_signal.max_stuck_frac} must be in [0, 1]")
+    _check(problems, h.degenerate.min_tokens >= 2, f"health.degenerate.min_tokens={h.degenerate.min_tokens} must be >= 2")
+    _check(problems, h.no_update.tracked_per_tensor >= 1, f"health.no_update.tracked_per_tensor={h.no_update.tracked_per_tensor} must be >= 1")
+
+
 @dataclass
 class TrainConfig:
     model: ModelConfig = _f(ModelConfig(), "The policy.")
@@ -133,6 +227,7 @@ class TrainConfig:
     algorithm: AlgorithmConfig = _f(AlgorithmConfig(), "The GRPO objective and optimizer.")
     trainer: TrainerConfig = _f(TrainerConfig(), "The Lightning Trainer.")
     logger: LoggerConfig = _f(LoggerConfig(), "Metrics logging.")
+    health: HealthConfig = _f(HealthConfig(), "The health monitor: one check per failure (F1-F5), each with thresholds, patience and an action.")
 
 
 class ConfigError(ValueError):
@@ -200,6 +295,7 @@ def validate_config(cfg: TrainConfig) -> None:
     _check(problems, r.vllm.verify_tolerance > 0, f"rollout.vllm.verify_tolerance={r.vllm.verify_tolerance} must be > 0")
     _check(problems, t.max_steps >= 1, f"trainer.max_steps={t.max_steps} must be >= 1")
     _check(problems, 0 <= cfg.task.val_fraction < 1, f"task.val_fraction={cfg.task.val_fraction} must be in [0, 1)")
+    _validate_health(problems, cfg.health)
     if problems:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
 

@@ -42,6 +42,14 @@ from grpo_lightning.rollout.batch import RolloutBatch
 warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode", category=UserWarning)
 
 
+@dataclass(frozen=True)
+class AggregationRecord:
+    """How one loss term was reduced to a scalar: the mode and the normalizer it divided by."""
+
+    mode: str
+    normalizer: float
+
+
 @dataclass
 class PassStats:
     """What one pass over the generation batch measured (sums, turned into means on logging)."""
@@ -59,6 +67,12 @@ class PassStats:
     logp_diff_sum: float = 0.0
     is_ratio_max: float = 0.0
     is_truncated: float = 0.0
+    # Read by the health monitor (F1, F5): each loss term's aggregated value and the
+    # aggregation it used, and each sequence's summed log-prob (NaN where dropped).
+    policy_loss: float = 0.0
+    kl_loss: float = 0.0
+    aggregation: dict[str, AggregationRecord] = field(default_factory=dict)
+    seq_logp: torch.Tensor | None = None
 
     def token_mean(self, name: str) -> float:
         return getattr(self, name) / max(self.kept_tokens, 1.0)
@@ -71,6 +85,7 @@ class StepResult:
     passes: list[PassStats] = field(default_factory=list)
     grad_norms: list[float] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # one reason per skipped optimizer step
+    advantages: torch.Tensor | None = None  # [N], as used by the loss (the F5 check reads them)
 
 
 def _plain_output_head(model: nn.Module) -> nn.Linear | None:
@@ -222,6 +237,8 @@ class GRPOModule(L.LightningModule):
         cfg, stats = self.cfg, PassStats()
         scale = self._world_size()  # DDP averages gradients over ranks; we want their sum
         batches = list(self._micro_batches(rollout))
+        seq_logp = torch.full((rollout.num_sequences,), torch.nan, device=self.device)
+        stats.seq_logp = seq_logp
         for index, (rows, num_cols, ids, attn, prompt_width) in enumerate(batches):
             mask = rollout.completion_mask[rows, :num_cols].bool()
             out = self.completion_log_probs(
@@ -238,22 +255,30 @@ class GRPOModule(L.LightningModule):
             pg = policy_loss(
                 out.logp, old, prepared["advantages"][rows], cfg.clip_low, cfg.clip_high, cfg.dual_clip
             )
+            seq_logp[rows] = torch.where(keep, (out.logp.detach() * mask).sum(dim=1), torch.nan)
             per_token = pg.loss
             if rollout.engine_logprobs is not None:
                 per_token = self._importance_weighted(
                     per_token, old, rollout.engine_logprobs[rows, :num_cols], token_mask, stats
                 )
+            # Each term is aggregated on its own (the sum is linear, so the loss is the same)
+            # so that the mode and normalizer of each can be checked (F5).
+            policy_term = self._aggregate_term("policy", per_token, token_mask, prepared, rollout, stats)
+            loss = policy_term
+            kl_term = None
             if prepared["reference"] is not None:
                 kl = kl_estimate(out.logp, prepared["reference"].logp[rows, :num_cols], cfg.kl_estimator)
-                per_token = per_token + cfg.beta * kl
+                kl_term = self._aggregate_term("kl", kl, token_mask, prepared, rollout, stats)
+                loss = loss + cfg.beta * kl_term
                 stats.kl_sum += float((kl.detach() * token_mask).sum())
-            loss = aggregate(per_token, token_mask, cfg.loss_agg, prepared["normalizer"], rollout.max_new_tokens)
             if not torch.isfinite(loss):
                 stats.finite_loss = False
                 continue
             with self._no_sync(index == len(batches) - 1):
                 self._backward(loss * scale)
             stats.loss += float(loss.detach())
+            stats.policy_loss += float(policy_term.detach())
+            stats.kl_loss += float(kl_term.detach()) if kl_term is not None else 0.0
             stats.kept_tokens += float(token_mask.sum())
             stats.entropy_sum += float((out.entropy * token_mask).sum())
             stats.clip_low_sum += float((pg.clipped_low.float() * token_mask).sum())
@@ -275,6 +300,17 @@ class GRPOModule(L.LightningModule):
         stats.is_ratio_max = max(stats.is_ratio_max, iw.ratio_max)
         stats.is_truncated += iw.truncated
         return per_token if self.cfg.is_level == "none" else per_token * iw.weights
+
+    def _aggregate_term(
+        self, term: str, per_token: torch.Tensor, token_mask: torch.Tensor, prepared: dict,
+        rollout: RolloutBatch, stats: PassStats,
+    ) -> torch.Tensor:
+        """Aggregate one loss term with the configured mode and the global normalizer, and
+        record both on ``stats`` so the health monitor can check every term used the same (F5)."""
+        normalizer = prepared["normalizer"]
+        if term not in stats.aggregation:
+            stats.aggregation[term] = AggregationRecord(self.cfg.loss_agg, float(normalizer))
+        return aggregate(per_token, token_mask, self.cfg.loss_agg, normalizer, rollout.max_new_tokens)
 
     def _guarded_step(self, stats: PassStats, result: StepResult) -> None:
         """Step only with a finite loss and gradient; otherwise leave weights and optimizer untouched."""
@@ -306,7 +342,7 @@ class GRPOModule(L.LightningModule):
     def training_step(self, batch, batch_idx: int) -> None:
         rollout = self._take_rollout()
         prepared = self.prepare(rollout)
-        result = StepResult()
+        result = StepResult(advantages=prepared["advantages"])
         self.optimizers().zero_grad(set_to_none=True)
         for _ in range(self.cfg.num_iterations):
             stats = self.accumulate_gradients(rollout, prepared)

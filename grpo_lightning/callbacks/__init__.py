@@ -1,8 +1,16 @@
-"""Callbacks: rollout generation (and, in later issues, weight sync and health monitoring)."""
+"""Callbacks: rollout generation, health monitoring (and, in later issues, weight sync)."""
 
 from grpo_lightning.callbacks.async_rollout import AsyncRolloutCallback
+from grpo_lightning.callbacks.health import HealthMonitor
 from grpo_lightning.callbacks.rollout import RolloutCallback
 from grpo_lightning.callbacks.summary import TrainingSummary
 from grpo_lightning.callbacks.weight_sync import WeightSyncCallback, WeightSyncError
 
-__all__ = ["AsyncRolloutCallback", "RolloutCallback", "TrainingSummary", "WeightSyncCallback", "WeightSyncError"]
+__all__ = [
+    "AsyncRolloutCallback",
+    "HealthMonitor",
+    "RolloutCallback",
+    "TrainingSummary",
+    "WeightSyncCallback",
+    "WeightSyncError",
+]

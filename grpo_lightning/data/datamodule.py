@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import lightning as L
-import torch
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader
+
+from grpo_lightning.data.sampler import PromptSampler
 
 from grpo_lightning.data.lookahead import LookaheadLoader
 
@@ -19,9 +20,11 @@ class PromptDataModule(L.LightningDataModule):
     The training loader draws seeded permutations of the prompts and drops incomplete
     batches, so every generation batch has the same number of groups. With ``num_batches``
     one epoch is exactly that many batches (permutation after permutation), so a run of
-    N steps is one epoch and the progress bar counts steps. With ``lookahead`` > 0 (async
-    generation) each batch is a :class:`~grpo_lightning.data.lookahead.PromptWindow` that
-    also carries the prompts of the next ``lookahead`` steps.
+    N steps is one epoch and the progress bar counts steps. Under DDP every rank gets
+    ``prompts_per_step`` prompts per step, different from the other ranks' (``PromptSampler``).
+    With ``lookahead`` > 0 (async generation) each batch is a
+    :class:`~grpo_lightning.data.lookahead.PromptWindow` that also carries the prompts of
+    the next ``lookahead`` steps.
     """
 
     def __init__(
@@ -50,9 +53,13 @@ class PromptDataModule(L.LightningDataModule):
         self.lookahead = lookahead
 
     def train_dataloader(self) -> DataLoader | LookaheadLoader:
-        generator = torch.Generator().manual_seed(self.seed)
-        num_samples = (self.num_batches or len(self.train_records) // self.prompts_per_step) * self.prompts_per_step
-        sampler = RandomSampler(self.train_records, num_samples=num_samples, generator=generator)
+        trainer = self.trainer  # None outside a Trainer (e.g. in a notebook or a unit test)
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        per_rank = self.num_batches or len(self.train_records) // (self.prompts_per_step * world)
+        sampler = PromptSampler(
+            len(self.train_records), per_rank * self.prompts_per_step, seed=self.seed, rank=rank, world_size=world,
+            batch_size=self.prompts_per_step,
+        )
         loader = DataLoader(
             self.train_records,
             batch_size=self.prompts_per_step,

@@ -1,0 +1,144 @@
+"""``HealthMonitor``: runs the health checks after every training step and tells the user what
+is wrong and what to change, before hours are lost.
+
+Per step: build a :class:`StepView` from the module's ``last_step`` and the rollout
+callback's ``last_rollout``; every check measures local sums; one all-reduce adds them over
+ranks (so every rank reaches the same verdict); every check evaluates the totals. A check
+that finds a problem ``patience`` steps in a row raises an alert: ``warn`` (a rank-zero
+warning with the diagnosis and ``health/alert/<check>`` = 1), ``raise`` (every rank stops
+with :class:`HealthCheckError`), or ``ignore``. ``alerts`` keeps every alert of the run.
+"""
+
+from __future__ import annotations
+
+import time
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
+from grpo_lightning.config import HEALTH_CHECKS, HealthConfig
+from grpo_lightning.health import CHECK_CLASSES, Alert, HealthCheck, HealthCheckError, HealthWarning, StepView
+from grpo_lightning.health.fingerprints import TextHashes
+
+
+class HealthMonitor(L.Callback):
+    def __init__(self, config: HealthConfig | None = None, checks: list[HealthCheck] | None = None):
+        self.config = config or HealthConfig()
+        if checks is None:
+            checks = [CHECK_CLASSES[name](getattr(self.config, name)) for name in HEALTH_CHECKS]
+        self.checks = [c for c in checks if c.action != "ignore"]
+        self.alerts: list[Alert] = []
+        self.last_metrics: dict[str, float] = {}
+        self.active: dict[str, bool] = {c.name: False for c in self.checks}
+        self._streak: dict[str, int] = {c.name: 0 for c in self.checks}
+        self._announced = False
+        self._text_hashes = TextHashes()
+        self.seconds = 0.0  # wall time spent in the monitor's hooks (the benchmark reads it)
+        self.cpu_seconds = 0.0  # CPU time of this thread in the hooks (robust on a shared machine)
+        self.steps = 0
+
+    # ----------------------------------------------------------------------- hooks
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
+        start, cpu = time.perf_counter(), time.thread_time()
+        for check in self.checks:
+            check.before_step(pl_module)
+        self.seconds += time.perf_counter() - start
+        self.cpu_seconds += time.thread_time() - cpu
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+        start, cpu = time.perf_counter(), time.thread_time()
+        try:
+            view = self._view(trainer, pl_module)
+            if view is not None:
+                self.run_checks(view, trainer, pl_module)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.cpu_seconds += time.thread_time() - cpu
+            self.steps += 1
+
+    # ----------------------------------------------------------------------- the work
+    def _view(self, trainer: L.Trainer, pl_module: L.LightningModule) -> StepView | None:
+        result = getattr(pl_module, "last_step", None)
+        source = next((cb for cb in trainer.callbacks if getattr(cb, "last_rollout", None) is not None), None)
+        rollout = source.last_rollout if source is not None else None
+        if result is None or rollout is None or not result.passes:
+            return None
+        sampling = getattr(source, "sampling", None)
+        filtered = sampling is not None and (sampling.top_p < 1.0 or sampling.top_k > 0)
+        world = trainer.world_size
+        gather = None
+        if world > 1:
+            device = pl_module.device
+
+            def gather(array: np.ndarray) -> np.ndarray:
+                return trainer.strategy.all_gather(torch.from_numpy(array).to(device)).cpu().numpy()
+
+        return StepView(
+            step=rollout.step,  # the generation batch: the step of the seeds and of the data
+            rollout=rollout,
+            result=result,
+            algorithm=pl_module.cfg,
+            lr=float(pl_module.optimizers().param_groups[0]["lr"]),
+            rank=trainer.global_rank,
+            world_size=world,
+            all_gather=gather,
+            filtered_sampling=filtered,
+            text_hashes=self._text_hashes,
+        )
+
+    def _sum_over_ranks(self, local: list[dict[str, float]], trainer: L.Trainer, device) -> list[dict[str, float]]:
+        if trainer.world_size == 1:
+            return local
+        flat = torch.tensor([v for d in local for v in d.values()], dtype=torch.float64, device=device)
+        total = trainer.strategy.reduce(flat, reduce_op="sum").cpu().tolist()
+        out, i = [], 0
+        for d in local:
+            out.append(dict(zip(d, total[i : i + len(d)])))
+            i += len(d)
+        return out
+
+    def run_checks(self, view: StepView, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        local = [check.measure(view) for check in self.checks]
+        totals = self._sum_over_ranks(local, trainer, pl_module.device)
+        metrics: dict[str, float] = {}
+        to_raise: Alert | None = None
+        for check, t in zip(self.checks, totals):
+            values, finding = check.evaluate(t, view)
+            for key, value in values.items():
+                metrics[f"health/{check.name}/{key}"] = float(value)
+            self._streak[check.name] = self._streak[check.name] + 1 if finding else 0
+            if finding and self._streak[check.name] == check.patience:
+                causes, fix = check.diagnosis(view)
+                alert = Alert(check.name, check.failure, check.title, view.step, finding.evidence, causes, fix, finding.values)
+                self.alerts.append(alert)
+                if check.action == "raise" and to_raise is None:
+                    to_raise = alert
+                else:
+                    rank_zero_warn(alert.text, category=HealthWarning)
+            self.active[check.name] = self._streak[check.name] >= check.patience
+            metrics[f"health/alert/{check.name}"] = float(self.active[check.name])
+        self._announce()
+        self.last_metrics = metrics
+        if view.step % self.config.log_every_n_steps == 0 or to_raise is not None:
+            # Straight to the loggers: LightningModule.log costs about a millisecond per key
+            # (more than all the checks together), and these values are already global.
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=trainer.global_step)
+        if to_raise is not None:
+            raise HealthCheckError(to_raise)
+
+    def _announce(self) -> None:
+        """Log the aggregation mode and its normalizer once (the F5 choice made visible)."""
+        if self._announced:
+            return
+        for check in self.checks:
+            line = getattr(check, "announced", None)
+            if line:
+                rank_zero_info(f"[grpo_lightning health] {line}")
+                self._announced = True
+
+    # ----------------------------------------------------------------------- reading
+    def alerts_for(self, check: str) -> list[Alert]:
+        return [a for a in self.alerts if a.check == check]

@@ -1,0 +1,49 @@
+"""Health checks that diagnose the failures of ``FAILURE_MODES.md`` (F1-F5) while a run trains.
+
+Each check reads one step (:class:`StepView`), returns sums that the monitor adds over
+ranks, and turns the totals into metrics and, when the step looks wrong, a ``Finding``.
+The callback (:class:`grpo_lightning.callbacks.HealthMonitor`) applies patience and the
+configured action and writes the diagnosis.
+"""
+
+from grpo_lightning.health.alerts import ACTIONS, Alert, Finding, HealthCheckError, HealthWarning
+from grpo_lightning.health.base import HealthCheck
+from grpo_lightning.health.degenerate import DegenerateOutputCheck
+from grpo_lightning.health.diversity import DiversityCheck
+from grpo_lightning.health.duplicates import CrossRankDuplicatesCheck
+from grpo_lightning.health.no_update import NoUpdateCheck
+from grpo_lightning.health.nonfinite import NonFiniteCheck
+from grpo_lightning.health.normalization import NormalizationCheck
+from grpo_lightning.health.reward_signal import RewardSignalCheck
+from grpo_lightning.health.view import StepView
+
+CHECK_CLASSES = {
+    cls.name: cls
+    for cls in (
+        DiversityCheck,
+        CrossRankDuplicatesCheck,
+        NonFiniteCheck,
+        DegenerateOutputCheck,
+        NoUpdateCheck,
+        RewardSignalCheck,
+        NormalizationCheck,
+    )
+}
+
+__all__ = [
+    "ACTIONS",
+    "CHECK_CLASSES",
+    "Alert",
+    "CrossRankDuplicatesCheck",
+    "DegenerateOutputCheck",
+    "DiversityCheck",
+    "Finding",
+    "HealthCheck",
+    "HealthCheckError",
+    "HealthWarning",
+    "NoUpdateCheck",
+    "NonFiniteCheck",
+    "NormalizationCheck",
+    "RewardSignalCheck",
+    "StepView",
+]

@@ -1,0 +1,70 @@
+"""F3 (the aftermath): degenerate output and entropy collapse.
+
+A completion made of one token repeated (``!!!!!!!!``) is what a policy emits after a
+non-finite update or a collapse; a policy whose per-token entropy at the sampling
+temperature is near zero produces identical groups, so GRPO has no signal left.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from grpo_lightning.health.alerts import Finding
+from grpo_lightning.health.base import HealthCheck
+from grpo_lightning.health.view import StepView
+
+
+class DegenerateOutputCheck(HealthCheck):
+    name = "degenerate"
+    failure = "F3"
+    title = "degenerate output or entropy collapse"
+
+    def measure(self, view: StepView) -> dict[str, float]:
+        ids, mask = view.completion_ids, view.completion_mask
+        finished = view.rollout.finished
+        lengths = mask.sum(axis=1) - (finished.cpu().numpy().astype(np.int64) if finished is not None else 0)
+        inside = np.arange(ids.shape[1])[None, :] < lengths[:, None]
+        one_token = ((ids == ids[:, :1]) | ~inside).all(axis=1)
+        degenerate = (lengths >= self.cfg.min_tokens) & one_token
+        last = view.result.passes[-1] if view.result.passes else None
+        return {
+            "degenerate": float(degenerate.sum()),
+            "sequences": float(len(ids)),
+            "entropy_sum": float(last.entropy_sum) if last else 0.0,
+            "entropy_tokens": float(last.kept_tokens) if last else 0.0,
+        }
+
+    def evaluate(self, t: dict[str, float], view: StepView) -> tuple[dict[str, float], Finding | None]:
+        frac = t["degenerate"] / max(t["sequences"], 1.0)
+        entropy = t["entropy_sum"] / t["entropy_tokens"] if t["entropy_tokens"] else float("nan")
+        metrics = {"frac": frac, "entropy": entropy}
+        degenerate = frac > self.cfg.max_degenerate_frac
+        collapsed = t["entropy_tokens"] > 0 and entropy < self.cfg.min_entropy
+        if not (degenerate or collapsed):
+            return metrics, None
+        example = ""
+        if degenerate and view.rollout.completions:
+            ids, mask = view.completion_ids, view.completion_mask
+            rows = [i for i in range(len(ids)) if mask[i].sum() >= self.cfg.min_tokens and (ids[i][mask[i]] == ids[i][0]).all()]
+            if rows:
+                example = f" (e.g. {view.rollout.completions[rows[0]]!r})"
+        evidence = (
+            f"{frac:.0%} of the completions are one token repeated at least {self.cfg.min_tokens} times{example} "
+            f"(threshold {self.cfg.max_degenerate_frac:.0%}); policy entropy {entropy:.4f} nats per token "
+            f"(threshold {self.cfg.min_entropy:g})."
+        )
+        return metrics, Finding(evidence, {**t, **metrics})
+
+    def diagnosis(self, view: StepView) -> tuple[str, str]:
+        a = view.algorithm
+        causes = (
+            "the policy collapsed onto a single token or answer: often right after a non-finite or oversized "
+            "update (see the nonfinite check), a learning rate too high, or no KL anchor; at near-zero "
+            "entropy every sample of a group is alike and GRPO stops learning."
+        )
+        fix = (
+            f"lower algorithm.lr (now {a.lr:g}); raise algorithm.beta (now {a.beta:g}) to hold the policy near "
+            f"its reference; raise rollout.temperature (now {view.rollout.temperature:g}); resume from a "
+            "checkpoint taken before the collapse."
+        )
+        return causes, fix

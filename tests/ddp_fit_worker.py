@@ -1,0 +1,95 @@
+"""Worker for test_ddp_lightning.py: a real Lightning DDP fit on CPU (gloo, 2 processes).
+
+``python tests/ddp_fit_worker.py SCENARIO OUT_DIR STEPS``; Lightning's ``ddp`` strategy re-runs
+this script for rank 1, so the scenario's patches apply on both ranks. Each rank writes
+``rank_<r>.json``: the seeds and prompts it used per step, its step count, the health alerts.
+
+Scenarios:
+- ``healthy``: the default run (each rank its own prompts, rank-derived seeds);
+- ``f2_fault``: every rank gets the same prompts AND seeds ignore the rank (the F2 bug);
+- ``f2_twin``: every rank gets the same prompts, seeds as designed (no fault).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import lightning as L
+import torch
+
+import grpo_lightning.callbacks.rollout as rollout_module
+from grpo_lightning.build import build_run
+from grpo_lightning.config import TrainConfig
+from grpo_lightning.data import PromptDataModule
+from grpo_lightning.data.sampler import PromptSampler
+from grpo_lightning.rollout.seeding import group_seeds
+
+SEEDS_USED: list[list[int]] = []
+
+
+def recording_seeds(run_seed, rank, step, num_prompts, num_generations):
+    seeds = group_seeds(run_seed, rank, step, num_prompts, num_generations)
+    SEEDS_USED.append(seeds[:4])
+    return seeds
+
+
+def rankless_seeds(run_seed, rank, step, num_prompts, num_generations):
+    return recording_seeds(run_seed, 0, step, num_prompts, num_generations)
+
+
+class SharedPromptsDataModule(PromptDataModule):
+    """Every rank iterates the same prompts (a sampler that ignores the rank)."""
+
+    def train_dataloader(self):
+        loader = super().train_dataloader()
+        sampler = PromptSampler(len(self.train_records), len(loader.sampler), seed=self.seed)
+        return torch.utils.data.DataLoader(
+            self.train_records, batch_size=self.prompts_per_step, sampler=sampler, drop_last=True,
+            collate_fn=loader.collate_fn,
+        )
+
+
+class Recorder(L.Callback):
+    def __init__(self):
+        self.prompts: list[list[str]] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        rollout = next(cb for cb in trainer.callbacks if hasattr(cb, "last_rollout")).last_rollout
+        self.prompts.append(rollout.prompts[:: rollout.group_size])
+
+
+def main(scenario: str, out_dir: str, steps: int) -> None:
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    rollout_module.group_seeds = rankless_seeds if scenario == "f2_fault" else recording_seeds
+    cfg = TrainConfig()
+    cfg.trainer.max_steps = steps
+    cfg.trainer.devices = 2
+    cfg.logger.kind = "none"
+    run = build_run(cfg)
+    if scenario in ("f2_fault", "f2_twin"):
+        dm = run.datamodule
+        run.datamodule = SharedPromptsDataModule(dm.train_records, dm.val_records, dm.prompts_per_step, dm.seed, dm.num_batches)
+    recorder = Recorder()
+    trainer = run.trainer(cfg, strategy="ddp", callbacks=[*run.callbacks, recorder], enable_progress_bar=False)
+    trainer.fit(run.module, datamodule=run.datamodule)
+    report = {
+        "rank": trainer.global_rank,
+        "world_size": trainer.world_size,
+        "backend": torch.distributed.get_backend() if torch.distributed.is_initialized() else None,
+        "steps": run.health.steps,
+        "global_step": trainer.global_step,
+        "seeds": SEEDS_USED,
+        "prompts": recorder.prompts,
+        "alerts": [{"check": a.check, "failure": a.failure, "step": a.step, "text": a.text, "values": a.values} for a in run.health.alerts],
+        "metrics": run.health.last_metrics,
+        "weights_checksum": float(sum(p.double().sum() for p in run.module.policy.parameters())),
+    }
+    Path(out_dir, f"rank_{trainer.global_rank}.json").write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
