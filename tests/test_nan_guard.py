@@ -83,15 +83,18 @@ def test_nan_logits_in_one_sample_drop_that_sample_and_training_goes_on(policy, 
 
 
 def test_nan_loss_skips_the_step_without_touching_weights_or_optimizer(policy, tokenizer, monkeypatch):
-    real_aggregate, calls = module_lib.aggregate, {"n": 0}
+    real_aggregate, state = module_lib.aggregate, {"batch": -1}
 
-    def nan_on_second_step(*args, **kwargs):
-        calls["n"] += 1
+    class BatchIndex(L.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            state["batch"] = batch_idx
+
+    def nan_in_second_step(*args, **kwargs):
         loss = real_aggregate(*args, **kwargs)
-        return loss * float("nan") if calls["n"] == 2 else loss  # 1 micro-batch per step
+        return loss * float("nan") if state["batch"] == 1 else loss
 
-    monkeypatch.setattr(module_lib, "aggregate", nan_on_second_step)
-    module, trainer, snaps = fit(policy, tokenizer, 4, beta=0.04)
+    monkeypatch.setattr(module_lib, "aggregate", nan_in_second_step)
+    module, trainer, snaps = fit(policy, tokenizer, 4, BatchIndex(), beta=0.04)
     assert module.counters.skipped_steps == 1 and module.counters.nonfinite_losses == 1
     params_before, moments_before = snaps.before[1]
     params_after, moments_after = snaps.after[1]
