@@ -2,7 +2,8 @@
 
 Same model (weights and tokenizer), prompts, generation batch (prompts x num_generations),
 max completion length, beta, loss aggregation (TRL ``loss_type="grpo"`` = our
-``seq_mean_token_mean``), learning rate, steps, HF ``generate`` for rollouts, one thread.
+``seq_mean_token_mean``), learning rate, steps, gradient checkpointing (on by default, as
+in TRL's GRPOConfig), HF ``generate`` for rollouts, one thread.
 The two trainers alternate ``--repeats`` times, each run in a fresh subprocess so that peak
 RSS is its own. Reported per trainer: median step time (first ``--warmup`` steps dropped),
 completion tokens per second through the whole step, the share of the step spent in
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 
 SETTINGS = {
-    "tiny": dict(prompts=8, generations=8, max_tokens=32, steps=12),
+    "tiny": dict(prompts=8, generations=8, max_tokens=32, steps=30),
     "smollm2": dict(prompts=4, generations=8, max_tokens=64, steps=5),
 }
 COMMON = dict(beta=0.04, lr=3e-4, temperature=1.0)
@@ -76,7 +77,7 @@ class GenerateTimer:
         model.generate = timed
 
 
-def run_trl(setting: str, model_dir: str | None) -> dict:
+def run_trl(setting: str, model_dir: str | None, checkpointing: bool) -> dict:
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -107,7 +108,7 @@ def run_trl(setting: str, model_dir: str | None) -> dict:
         learning_rate=COMMON["lr"], lr_scheduler_type="constant", warmup_steps=0, max_steps=s["steps"],
         temperature=COMMON["temperature"], top_p=1.0, top_k=0, logging_steps=1, report_to=[],
         save_strategy="no", use_cpu=True, bf16=False, fp16=False, seed=0, dataloader_num_workers=0,
-        max_grad_norm=1.0, num_iterations=1, scale_rewards="group",
+        max_grad_norm=1.0, num_iterations=1, scale_rewards="group", gradient_checkpointing=checkpointing,
     )
     dataset = Dataset.from_list(prompt_records(max(64, s["prompts"] * s["steps"])))
     trainer = GRPOTrainer(
@@ -118,7 +119,7 @@ def run_trl(setting: str, model_dir: str | None) -> dict:
     return {"steps": steps}
 
 
-def run_ours(setting: str, model_dir: str | None) -> dict:
+def run_ours(setting: str, model_dir: str | None, checkpointing: bool) -> dict:
     import lightning as L
 
     from grpo_lightning.build import build_run
@@ -127,6 +128,7 @@ def run_ours(setting: str, model_dir: str | None) -> dict:
     s = SETTINGS[setting]
     cfg = TrainConfig()
     cfg.model.name_or_path = model_dir
+    cfg.model.gradient_checkpointing = checkpointing
     cfg.task.rewards = {"arithmetic_close": 1.0}
     cfg.rollout.prompts_per_step, cfg.rollout.num_generations = s["prompts"], s["generations"]
     cfg.rollout.max_new_tokens, cfg.rollout.temperature = s["max_tokens"], COMMON["temperature"]
@@ -154,12 +156,12 @@ def run_ours(setting: str, model_dir: str | None) -> dict:
     return {"steps": steps}
 
 
-def child(trainer: str, setting: str, model_dir: str | None) -> None:
+def child(trainer: str, setting: str, model_dir: str | None, checkpointing: bool) -> None:
     import torch
 
     torch.set_num_threads(1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    result = (run_trl if trainer == "trl" else run_ours)(setting, model_dir)
+    result = (run_trl if trainer == "trl" else run_ours)(setting, model_dir, checkpointing)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps(result))
 
@@ -180,21 +182,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--setting", choices=sorted(SETTINGS), default="tiny")
     parser.add_argument("--model-dir", help="local SmolLM2-135M-Instruct folder (setting smollm2)")
-    parser.add_argument("--repeats", type=int, default=2, help="alternations of the two trainers")
+    parser.add_argument("--repeats", type=int, default=3, help="alternations of the two trainers")
     parser.add_argument("--warmup", type=int, default=2, help="first steps of each run left out")
     parser.add_argument("--json", help="results file (default benchmarks/results/trl_vs_ours_<setting>.json)")
+    parser.add_argument("--gradient-checkpointing", choices=["on", "off"], default="on",
+                        help="the same for both trainers (TRL's GRPOConfig default is on)")
     parser.add_argument("--child", choices=["trl", "ours"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.setting == "smollm2" and not args.model_dir:
         parser.error("--setting smollm2 needs --model-dir (a local SmolLM2-135M-Instruct folder)")
     if args.child:
-        child(args.child, args.setting, args.model_dir)
+        child(args.child, args.setting, args.model_dir, args.gradient_checkpointing == "on")
         return
     model_dir = args.model_dir or save_tiny_model()
     runs: dict[str, list] = {"ours": [], "trl": []}
     for repeat in range(args.repeats):
         for trainer in ("ours", "trl"):
-            command = [sys.executable, __file__, "--child", trainer, "--setting", args.setting, "--model-dir", model_dir]
+            command = [sys.executable, __file__, "--child", trainer, "--setting", args.setting, "--model-dir", model_dir,
+                       "--gradient-checkpointing", args.gradient_checkpointing]
             print(f"[{repeat + 1}/{args.repeats}] {trainer} ...", file=sys.stderr, flush=True)
             done = subprocess.run(command, capture_output=True, text=True)
             line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
@@ -204,7 +209,8 @@ def main() -> None:
     table = {name: summarize(r, args.warmup) for name, r in runs.items()}
     s = SETTINGS[args.setting]
     print(f"setting {args.setting}: {s['prompts']} prompts x {s['generations']} generations x {s['max_tokens']} tokens, "
-          f"{s['steps']} steps x {args.repeats} runs each (first {args.warmup} dropped), 1 thread, HF generate")
+          f"{s['steps']} steps x {args.repeats} runs each (first {args.warmup} dropped), 1 thread, HF generate, "
+          f"gradient checkpointing {args.gradient_checkpointing}")
     rows = [("median step (s)", "median_step_s", "{:.3f}"), ("completion tokens/s", "tokens_per_s", "{:.1f}"),
             ("generation share", "generation_share", "{:.2f}"), ("peak RSS (MB)", "peak_rss_mb", "{:.0f}")]
     print(f"{'metric':<22}{'ours':>10}{'TRL':>10}{'ours/TRL':>10}")
@@ -216,7 +222,8 @@ def main() -> None:
     import trl
 
     Path(args.json).write_text(json.dumps({"setting": args.setting, "config": s, "common": COMMON, "threads": 1,
-                                           "trl_version": trl.__version__, "results": table, "runs": runs}, indent=2))
+                                           "trl_version": trl.__version__, "gradient_checkpointing": args.gradient_checkpointing,
+                                           "results": table, "runs": runs}, indent=2))
     print(f"wrote {args.json}")
 
 

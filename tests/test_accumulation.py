@@ -53,3 +53,17 @@ def test_reference_stays_in_eval_mode_when_the_module_trains(policy):
     module = GRPOModule(policy, AlgorithmConfig(beta=0.1))
     module.train()
     assert module.policy.training and not module.reference.training
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(tokenizer, rollout):
+    from grpo_lightning.config import ModelConfig
+    from grpo_lightning.models import load_policy
+
+    plain, _ = load_policy(ModelConfig(name_or_path="tiny"))
+    checkpointed, _ = load_policy(ModelConfig(name_or_path="tiny", gradient_checkpointing=True))
+    assert checkpointed.is_gradient_checkpointing and not plain.is_gradient_checkpointing
+    plain.train(), checkpointed.train()
+    expected, _ = gradients(plain, rollout, micro_batch_size=8, beta=0.1)
+    actual, _ = gradients(checkpointed, rollout, micro_batch_size=8, beta=0.1)
+    for name in expected:
+        assert torch.allclose(expected[name], actual[name], atol=1e-6, rtol=1e-5), name

@@ -15,6 +15,14 @@ if TYPE_CHECKING:
 
 def load_policy(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """``name_or_path="tiny"`` builds the in-code model; anything else is a Hugging Face folder."""
+    model, tokenizer = _load(cfg)
+    if cfg.gradient_checkpointing:
+        # Non-reentrant checkpointing: works with inputs that need no gradient and with DDP.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model, tokenizer
+
+
+def _load(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     if cfg.name_or_path == "tiny":
         tokenizer = build_char_tokenizer(cfg.tiny.alphabet)
         model = build_tiny_policy(
