@@ -27,6 +27,7 @@ class PromptDataModule(L.LightningDataModule):
         prompts_per_step: int = 8,
         seed: int = 0,
         num_batches: int | None = None,
+        val_batch_size: int | None = None,
     ):
         super().__init__()
         missing = [i for i, r in enumerate(train_records) if "prompt" not in r]
@@ -42,6 +43,7 @@ class PromptDataModule(L.LightningDataModule):
         self.prompts_per_step = prompts_per_step
         self.seed = seed
         self.num_batches = num_batches
+        self.val_batch_size = val_batch_size or prompts_per_step
 
     def train_dataloader(self) -> DataLoader:
         generator = torch.Generator().manual_seed(self.seed)
@@ -54,3 +56,7 @@ class PromptDataModule(L.LightningDataModule):
             drop_last=True,
             collate_fn=_as_list,
         )
+
+    def val_dataloader(self) -> DataLoader:
+        """The held-out records in order (no shuffling: every evaluation sees the same prompts)."""
+        return DataLoader(self.val_records, batch_size=self.val_batch_size, shuffle=False, collate_fn=_as_list)
