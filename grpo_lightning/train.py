@@ -18,7 +18,11 @@ from grpo_lightning.config import ConfigError, TrainConfig
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
-ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+# The schema Hydra composes onto. Its task.rewards is empty: Hydra merges dicts, so a default
+# there would leak the arithmetic rewards into every task group (each conf/task/*.yaml names its own).
+_SCHEMA = TrainConfig()
+_SCHEMA.task.rewards = {}
+ConfigStore.instance().store(name="train_schema", node=_SCHEMA)
 
 
 def to_train_config(cfg: DictConfig) -> TrainConfig:

@@ -86,3 +86,25 @@ def test_config_rejects_bad_task_and_eval_fields():
     assert "task.name='mmlu' is not allowed" in message and "reasoning_gym" in message
     assert "task.correctness_reward='accuracy' is not allowed" in message
     assert "eval.pass_k=-1" in message and "eval.batch_size=0" in message
+
+
+@pytest.mark.parametrize(
+    "task, rewards, correctness",
+    [
+        ("arithmetic", {"arithmetic_exact": 0.5, "arithmetic_close": 0.5}, "arithmetic_exact"),
+        ("reasoning_gym", {"reasoning_gym": 1.0, "answer_format": 0.2, "length_penalty": 0.2}, "reasoning_gym"),
+        ("gsm", {"gsm_exact": 1.0, "answer_format": 0.2, "length_penalty": 0.2}, "gsm_exact"),
+    ],
+)
+def test_each_task_group_composes_with_exactly_its_own_rewards(task, rewards, correctness):
+    """Hydra merges dicts: no default reward may leak from the schema into another task."""
+    from hydra import compose, initialize_config_dir
+
+    from grpo_lightning.train import CONF_DIR, to_train_config
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = to_train_config(compose(config_name="train", overrides=[f"task={task}", "trainer.output_dir=out"]))
+    assert cfg.task.name == task
+    assert cfg.task.rewards == rewards
+    assert cfg.task.correctness_reward == correctness
+    validate_config(cfg)
