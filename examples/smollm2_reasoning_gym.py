@@ -33,7 +33,8 @@ DEFAULTS = [
     "rollout.max_new_tokens=24",
     "rollout.generation_batch_size=64",
     "algorithm.micro_batch_size=16",
-    "algorithm.lr=1e-4",
+    "algorithm.lr=4e-5",
+    "algorithm.warmup_steps=3",
     "logger=csv",
 ]
 

@@ -279,7 +279,7 @@ class GRPOModule(L.LightningModule):
         if self.evaluator is None:
             return
         metrics = self.evaluator.evaluate(batch, step=self.global_step, rank=self.global_rank)
-        self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=len(batch))
+        self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=len(batch), sync_dist=True)
 
     # ----------------------------------------------------------------------- logging
     def _log_step(self, rollout: RolloutBatch, prepared: dict, result: StepResult) -> None:
