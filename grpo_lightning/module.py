@@ -118,6 +118,8 @@ class GRPOModule(L.LightningModule):
         self.counters = NonFiniteCounters()
         self.last_step: StepResult | None = None
         self._pending_rollout: RolloutBatch | None = None
+        # Set by build_run (grpo_lightning.evaluation.Evaluator): what validation_step runs.
+        self.evaluator = None
         self.save_hyperparameters({"algorithm": asdict(self.cfg)})
 
     def train(self, mode: bool = True) -> GRPOModule:
@@ -351,6 +353,14 @@ class GRPOModule(L.LightningModule):
             self._guarded_step(stats, result)
         self.last_step = result
         self._log_step(rollout, prepared, result)
+
+    # ----------------------------------------------------------------------- evaluation
+    def validation_step(self, batch: list[dict], batch_idx: int) -> None:
+        """Greedy (and pass@k) accuracy on held-out prompts; averaged over batches by their size."""
+        if self.evaluator is None:
+            return
+        metrics = self.evaluator.evaluate(batch, step=self.global_step, rank=self.global_rank)
+        self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=len(batch), sync_dist=True)
 
     # ----------------------------------------------------------------------- logging
     def _log_step(self, rollout: RolloutBatch, prepared: dict, result: StepResult) -> None:

@@ -13,12 +13,16 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_lightning.build import build_run
+from grpo_lightning.build import build_run, fit
 from grpo_lightning.config import ConfigError, TrainConfig
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
-ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+# The schema Hydra composes onto. Its task.rewards is empty: Hydra merges dicts, so a default
+# there would leak the arithmetic rewards into every task group (each conf/task/*.yaml names its own).
+_SCHEMA = TrainConfig()
+_SCHEMA.task.rewards = {}
+ConfigStore.instance().store(name="train_schema", node=_SCHEMA)
 
 
 def to_train_config(cfg: DictConfig) -> TrainConfig:
@@ -26,11 +30,11 @@ def to_train_config(cfg: DictConfig) -> TrainConfig:
     return OmegaConf.to_object(cfg)
 
 
-def run(cfg: TrainConfig) -> dict[str, float]:
-    """Train with ``cfg``; returns the last logged metrics."""
-    built = build_run(cfg)
+def run(cfg: TrainConfig, logged_config: dict | None = None) -> dict[str, float]:
+    """Train with ``cfg`` (baseline evaluation, fit, final evaluation); returns the last logged metrics."""
+    built = build_run(cfg, logged_config=logged_config)
     trainer = built.trainer(cfg)
-    trainer.fit(built.module, datamodule=built.datamodule)
+    fit(built, trainer, cfg)
     return {k: float(v) for k, v in trainer.logged_metrics.items()}
 
 
@@ -38,11 +42,11 @@ def run(cfg: TrainConfig) -> dict[str, float]:
 def main(cfg: DictConfig) -> None:
     train_cfg = to_train_config(cfg)
     try:
-        metrics = run(train_cfg)
+        metrics = run(train_cfg, logged_config=OmegaConf.to_container(cfg, resolve=True))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    shown = {k: round(v, 4) for k, v in metrics.items() if k.split("/")[0] in ("reward", "kl", "train")}
+    shown = {k: round(v, 4) for k, v in metrics.items() if k.split("/")[0] in ("reward", "kl", "train", "val")}
     print(f"final metrics: {shown}")
 
 

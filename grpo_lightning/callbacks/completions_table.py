@@ -1,0 +1,57 @@
+"""``CompletionsTable``: every N steps, a wandb table of sample completions.
+
+Why: a reward curve says *that* the policy changed, a table says *how* (formatting tricks,
+reward hacking, repetition). One row per completion: step, prompt, completion, each reward
+function's score, the total reward and the group-relative advantage the step trained on.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+from lightning.pytorch.loggers import WandbLogger
+
+from grpo_lightning.algorithm import group_advantages
+
+
+def completion_rows(rollout, advantages, max_rows: int) -> tuple[list[str], list[list]]:
+    """Columns and rows of one table (the first ``max_rows`` completions, whole groups first)."""
+    names = list(rollout.reward_components)
+    columns = ["step", "prompt", "completion", *[f"reward/{n}" for n in names], "reward", "advantage"]
+    rows = []
+    for i in range(min(max_rows, rollout.num_sequences)):
+        rows.append(
+            [
+                rollout.step,
+                rollout.prompts[i] if rollout.prompts else "",
+                rollout.completions[i] if rollout.completions else "",
+                *[float(rollout.reward_components[n][i]) for n in names],
+                float(rollout.rewards[i]),
+                float(advantages[i]),
+            ]
+        )
+    return columns, rows
+
+
+class CompletionsTable(L.Callback):
+    """Logs ``completions`` (a ``wandb.Table``) to every WandbLogger of the trainer every ``every_n_steps``."""
+
+    def __init__(self, rollout_callback, every_n_steps: int = 10, max_rows: int = 16, key: str = "completions"):
+        self.rollout_callback = rollout_callback
+        self.every_n_steps = every_n_steps
+        self.max_rows = max_rows
+        self.key = key
+        self.tables_logged = 0
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+        rollout = self.rollout_callback.last_rollout
+        if rollout is None or self.every_n_steps <= 0 or batch_idx % self.every_n_steps:
+            return
+        loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+        if not loggers or trainer.global_rank != 0:
+            return
+        cfg = pl_module.cfg
+        advantages = group_advantages(rollout.rewards, rollout.group_size, cfg.advantage_scale, cfg.advantage_eps)
+        columns, rows = completion_rows(rollout, advantages.cpu(), self.max_rows)
+        for logger in loggers:
+            logger.log_table(key=self.key, columns=columns, data=rows, step=trainer.global_step)
+        self.tables_logged += 1

