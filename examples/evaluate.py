@@ -18,6 +18,9 @@ from grpo_lightning.train import CONF_DIR, to_train_config
 
 
 def main(overrides: list[str]) -> None:
+    if {"-h", "--help"} & set(overrides):
+        print(__doc__)
+        return
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = to_train_config(
             compose(config_name="train", overrides=["logger=none", "trainer.output_dir=outputs/evaluate", *overrides])
