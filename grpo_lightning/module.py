@@ -184,12 +184,12 @@ class GRPOModule(L.LightningModule):
             yield rows, num_cols, ids[rows, first : width + num_cols], attn[rows, first : width + num_cols], width - first
 
     @torch.no_grad()
-    def _frozen_log_probs(self, model: nn.Module, rollout: RolloutBatch) -> TokenLogProbs:
+    def _frozen_log_probs(self, model: nn.Module, rollout: RolloutBatch, batches: list) -> TokenLogProbs:
         """Log-probs of the whole batch without gradient (reference or old policy)."""
         shape = rollout.completion_ids.shape
         logp = torch.zeros(shape, device=self.device)
         finite = torch.ones(shape, dtype=torch.bool, device=self.device)
-        for rows, num_cols, ids, attn, prompt_width in self._micro_batches(rollout):
+        for rows, num_cols, ids, attn, prompt_width in batches:
             out = self.completion_log_probs(model, ids, attn, prompt_width, rollout.temperature)
             logp[rows, :num_cols] = out.logp
             finite[rows, :num_cols] = out.finite
@@ -215,18 +215,22 @@ class GRPOModule(L.LightningModule):
         block = getattr(self._trainer.strategy, "block_backward_sync", None) if self._trainer else None
         return nullcontext() if is_last or block is None else block()
 
-    def prepare(self, rollout: RolloutBatch) -> dict[str, torch.Tensor | TokenLogProbs | None]:
+    def prepare(self, rollout: RolloutBatch) -> dict:
         """Everything computed once per generation batch, before the first backward."""
         mask = rollout.completion_mask.float()
+        # The micro-batch slices (trimmed of padding) serve the frozen passes and every
+        # optimization pass alike: computed once.
+        batches = list(self._micro_batches(rollout))
         return {
+            "micro_batches": batches,
             "advantages": group_advantages(
                 rollout.rewards, rollout.group_size, self.cfg.advantage_scale, self.cfg.advantage_eps
             ),
             "normalizer": self._sum_over_ranks(
                 loss_normalizer(mask, self.cfg.loss_agg, rollout.max_new_tokens)
             ),
-            "reference": self._frozen_log_probs(self.reference, rollout) if self.reference is not None else None,
-            "old": self._frozen_log_probs(self.policy, rollout) if self.cfg.num_iterations > 1 else None,
+            "reference": self._frozen_log_probs(self.reference, rollout, batches) if self.reference is not None else None,
+            "old": self._frozen_log_probs(self.policy, rollout, batches) if self.cfg.num_iterations > 1 else None,
         }
 
     def accumulate_gradients(self, rollout: RolloutBatch, prepared: dict) -> PassStats:
@@ -238,7 +242,7 @@ class GRPOModule(L.LightningModule):
         """
         cfg, stats = self.cfg, PassStats()
         scale = self._world_size()  # DDP averages gradients over ranks; we want their sum
-        batches = list(self._micro_batches(rollout))
+        batches = prepared["micro_batches"]
         seq_logp = torch.full((rollout.num_sequences,), torch.nan, device=self.device)
         stats.seq_logp = seq_logp
         for index, (rows, num_cols, ids, attn, prompt_width) in enumerate(batches):
