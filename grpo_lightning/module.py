@@ -38,7 +38,8 @@ from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.guards import NonFiniteCounters, NonFiniteTrainingError
 from grpo_lightning.rollout.batch import RolloutBatch
 
-# The frozen reference model is in eval mode on purpose (see GRPOModule.train).
+# The frozen reference model is in eval mode on purpose (see GRPOModule.train); the policy's
+# train mode is enforced in training_step, so this warning has nothing left to tell.
 warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode", category=UserWarning)
 
 
@@ -346,6 +347,11 @@ class GRPOModule(L.LightningModule):
             )
 
     def training_step(self, batch, batch_idx: int) -> None:
+        # ``from_pretrained`` returns the policy in eval mode and Lightning (>= 2.2) no longer
+        # switches modules to train mode at fit start; in eval mode gradient checkpointing
+        # and dropout silently do nothing. A rollout engine or callback may also leave it so.
+        if not self.policy.training:
+            self.policy.train()
         rollout = self._take_rollout()
         prepared = self.prepare(rollout)
         result = StepResult(advantages=prepared["advantages"])

@@ -67,3 +67,29 @@ def test_gradient_checkpointing_gives_the_same_gradients(tokenizer, rollout):
     actual, _ = gradients(checkpointed, rollout, micro_batch_size=8, beta=0.1)
     for name in expected:
         assert torch.allclose(expected[name], actual[name], atol=1e-6, rtol=1e-5), name
+
+
+def test_the_policy_trains_in_train_mode_with_checkpointing_active(config_factory, tmp_path):
+    """Regression: ``from_pretrained`` hands back the policy in eval mode and Lightning does not
+    switch it to train mode, so gradient checkpointing (and dropout) silently did nothing:
+    SmolLM2's step used ~3x the activation memory it was configured for."""
+    from conftest import fit
+
+    from grpo_lightning.config import ModelConfig
+    from grpo_lightning.models import load_policy
+
+    saved, tok = load_policy(ModelConfig(name_or_path="tiny"))
+    saved.save_pretrained(tmp_path), tok.save_pretrained(tmp_path)
+    modes, recomputed = [], []
+
+    def record(run):
+        layer = run.module.policy.model.layers[0]
+        layer.register_forward_pre_hook(lambda mod, args: modes.append((torch.is_grad_enabled(), mod.training)))
+        inner = layer._gradient_checkpointing_func
+        layer._gradient_checkpointing_func = lambda *a, **k: recomputed.append(1) or inner(*a, **k)
+
+    cfg = config_factory(2, **{"model.name_or_path": str(tmp_path), "model.gradient_checkpointing": True})
+    fit(cfg, prepare=record)
+    with_grad = [training for grad_enabled, training in modes if grad_enabled]
+    assert with_grad and all(with_grad), modes
+    assert len(recomputed) >= 2  # one checkpointed layer call per training forward
