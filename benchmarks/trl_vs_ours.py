@@ -3,7 +3,9 @@
 Same model (weights and tokenizer), prompts, generation batch (prompts x num_generations),
 max completion length, beta, loss aggregation (TRL ``loss_type="grpo"`` = our
 ``seq_mean_token_mean``), learning rate, steps, gradient checkpointing (on by default, as
-in TRL's GRPOConfig), HF ``generate`` for rollouts, one thread.
+in TRL's GRPOConfig), HF ``generate`` for rollouts, one thread. Both see the raw prompt text
+("3+4=", no chat template, which TRL applies only to conversational datasets) and neither
+runs an evaluation pass; our health monitor stays on (it is part of our step).
 The two trainers alternate ``--repeats`` times, each run in a fresh subprocess so that peak
 RSS is its own. Reported per trainer: median step time (first ``--warmup`` steps dropped),
 completion tokens per second through the whole step, the share of the step spent in
@@ -130,6 +132,7 @@ def run_ours(setting: str, model_dir: str | None, checkpointing: bool) -> dict:
     cfg.model.name_or_path = model_dir
     cfg.model.gradient_checkpointing = checkpointing
     cfg.task.rewards = {"arithmetic_close": 1.0}
+    cfg.task.chat_template = False  # TRL sees the raw prompt text: so do we
     cfg.rollout.prompts_per_step, cfg.rollout.num_generations = s["prompts"], s["generations"]
     cfg.rollout.max_new_tokens, cfg.rollout.temperature = s["max_tokens"], COMMON["temperature"]
     cfg.algorithm.beta, cfg.algorithm.lr = COMMON["beta"], COMMON["lr"]
@@ -152,7 +155,7 @@ def run_ours(setting: str, model_dir: str | None, checkpointing: bool) -> dict:
             })
 
     run.callbacks.insert(0, StepTimes())  # first, so its clock starts before the rollout
-    run.trainer(cfg, enable_progress_bar=False).fit(run.module, datamodule=run.datamodule)
+    run.trainer(cfg, enable_progress_bar=False, limit_val_batches=0).fit(run.module, datamodule=run.datamodule)
     return {"steps": steps}
 
 
