@@ -1,0 +1,96 @@
+"""Weight-sync time as a share of the training step, with the in-process vLLM engine.
+
+Trains ``--model`` (default ``smollm2_135m``: SmolLM2-135M-Instruct, converted once into
+``~/.cache/grpo_lightning``) with ``rollout.engine=vllm`` in process, on the setting of the
+TRL comparison (4 prompts x 8 generations x 64 tokens, beta 0.04, gradient checkpointing,
+one thread), and reports per step, from step ``--skip`` on: the wall time of the whole
+step (rollout, optimization, sync) and the seconds the ``WeightSyncCallback`` spent pushing
+the policy's weights into the engine. The baseline is our own step: the share is
+sync / step. ``verify_sync`` is on, so each sync is also checked (the engine's log-probs of
+a probe sequence against the policy's; the largest difference is reported) outside the
+timed reload.
+
+    python benchmarks/weight_sync.py [--model smollm2_135m] [--steps 6] [--skip 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from grpo_lightning.build import build_run
+from grpo_lightning.callbacks import WeightSyncCallback
+from grpo_lightning.config import TrainConfig
+
+
+class SyncTimes(L.Callback):
+    """Step wall time (first hook to last) and the sync seconds of that step.
+
+    Registered right after the sync callback and before all others (the rollout callback
+    among them), so that its clock spans generation, the optimizer step and the weight push.
+    """
+
+    def __init__(self, sync: WeightSyncCallback):
+        self.sync, self.steps = sync, []
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self.start, self.syncs = time.perf_counter(), self.sync.num_syncs
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        synced = self.sync.num_syncs > self.syncs
+        self.steps.append({
+            "seconds": time.perf_counter() - self.start,
+            "sync_seconds": self.sync.last_sync_seconds if synced else 0.0,
+            "probe_diff": self.sync.last_probe_diff if synced else None,
+        })
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2_135m", help="model.name_or_path (smollm2_135m, tiny or a folder)")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--skip", type=int, default=1, help="first steps left out (engine warm-up)")
+    parser.add_argument("--json", default="benchmarks/results/weight_sync.json")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    cfg = TrainConfig()
+    cfg.model.name_or_path, cfg.model.gradient_checkpointing = args.model, True
+    cfg.task.rewards, cfg.task.chat_template = {"arithmetic_close": 1.0}, False
+    cfg.rollout.engine, cfg.rollout.prompts_per_step, cfg.rollout.num_generations = "vllm", 4, 8
+    cfg.rollout.max_new_tokens, cfg.rollout.vllm.verify_sync = 64, True
+    cfg.algorithm.beta, cfg.algorithm.lr, cfg.algorithm.micro_batch_size = 0.04, 3e-4, 32
+    cfg.trainer.max_steps, cfg.trainer.num_threads = args.steps, 1
+    cfg.trainer.output_dir, cfg.logger.kind = tempfile.mkdtemp(), "none"
+    run = build_run(cfg)
+    sync = next(c for c in run.callbacks if isinstance(c, WeightSyncCallback))
+    timer = SyncTimes(sync)
+    # The sync callback only acts at batch end: first in the list, its push ends before the
+    # timer's clock stops, and the timer's clock starts before the rollout callback generates.
+    callbacks = [sync, timer, *(c for c in run.callbacks if c is not sync)]
+    run.trainer(cfg, callbacks=callbacks, enable_progress_bar=False, limit_val_batches=0).fit(
+        run.module, datamodule=run.datamodule
+    )
+    measured = timer.steps[args.skip :]
+    step = statistics.median(s["seconds"] for s in measured)
+    sync_s = statistics.median(s["sync_seconds"] for s in measured)
+    probe = max(s["probe_diff"] for s in measured if s["probe_diff"] is not None)
+    result = {"model": args.model, "steps_measured": len(measured), "median_step_s": step,
+              "median_sync_s": sync_s, "sync_share": sync_s / step, "max_probe_diff": probe, "steps": measured}
+    print(f"model {args.model}, vLLM in process, 4 prompts x 8 generations x 64 tokens, 1 thread")
+    print(f"median step {step:.2f} s, median weight sync {sync_s:.3f} s: {100 * sync_s / step:.2f}% of the step; "
+          f"largest engine - policy probe log-prob difference after a sync: {probe:.1e}")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
