@@ -238,14 +238,19 @@ class GRPOModule(L.LightningModule):
         """One pass: forward and backward over every micro-batch, gradients summed exactly.
 
         A sequence with a non-finite log-prob (policy, reference or old) is dropped from the
-        loss; its rows never produce a gradient. A non-finite micro-batch loss is not
-        back-propagated and marks the pass (the caller then skips the optimizer step).
+        loss; its rows never produce a gradient. A non-finite micro-batch loss marks the pass
+        (the caller then skips the optimizer step) but is still back-propagated: under DDP a
+        rank that skipped its backward would leave the others waiting in the gradient
+        all-reduce forever, while its non-finite gradient reaches every rank, so all skip the
+        step together. The statistics stay on the device and are read once per pass (no
+        host sync per micro-batch).
         """
         cfg, stats = self.cfg, PassStats()
         scale = self._world_size()  # DDP averages gradients over ranks; we want their sum
         batches = prepared["micro_batches"]
         seq_logp = torch.full((rollout.num_sequences,), torch.nan, device=self.device)
         stats.seq_logp = seq_logp
+        sums: list[torch.Tensor] = []  # per micro-batch, on the device
         for index, (rows, num_cols, ids, attn, prompt_width) in enumerate(batches):
             mask = rollout.completion_mask[rows, :num_cols].bool()
             out = self.completion_log_probs(
@@ -256,7 +261,6 @@ class GRPOModule(L.LightningModule):
                 if frozen is not None:
                     finite = finite & frozen.finite[rows, :num_cols]
             keep = (finite | ~mask).all(dim=1)
-            stats.dropped_seqs += int((~keep).sum())
             token_mask = (mask & keep[:, None]).float()
             old = prepared["old"].logp[rows, :num_cols] if prepared["old"] is not None else out.logp.detach()
             pg = policy_loss(
@@ -272,24 +276,26 @@ class GRPOModule(L.LightningModule):
             # so that the mode and normalizer of each can be checked (F5).
             policy_term = self._aggregate_term("policy", per_token, token_mask, prepared, rollout, stats)
             loss = policy_term
-            kl_term = None
+            kl_term = kl_sum = torch.zeros((), device=self.device)
             if prepared["reference"] is not None:
                 kl = kl_estimate(out.logp, prepared["reference"].logp[rows, :num_cols], cfg.kl_estimator)
                 kl_term = self._aggregate_term("kl", kl, token_mask, prepared, rollout, stats)
                 loss = loss + cfg.beta * kl_term
-                stats.kl_sum += float((kl.detach() * token_mask).sum())
-            if not torch.isfinite(loss):
-                stats.finite_loss = False
-                continue
+                kl_sum = (kl.detach() * token_mask).sum()
             with self._no_sync(index == len(batches) - 1):
                 self._backward(loss * scale)
-            stats.loss += float(loss.detach())
-            stats.policy_loss += float(policy_term.detach())
-            stats.kl_loss += float(kl_term.detach()) if kl_term is not None else 0.0
-            stats.kept_tokens += float(token_mask.sum())
-            stats.entropy_sum += float((out.entropy * token_mask).sum())
-            stats.clip_low_sum += float((pg.clipped_low.float() * token_mask).sum())
-            stats.clip_high_sum += float((pg.clipped_high.float() * token_mask).sum())
+            finite_loss = torch.isfinite(loss.detach())
+            # A non-finite micro-batch adds nothing to the sums (the step is skipped anyway).
+            counted = [loss, policy_term, kl_term, token_mask.sum(), (out.entropy * token_mask).sum(),
+                       (pg.clipped_low.float() * token_mask).sum(), (pg.clipped_high.float() * token_mask).sum(), kl_sum]
+            sums.append(torch.stack([
+                *(torch.where(finite_loss, value.detach().float(), 0.0) for value in counted),
+                (~keep).sum().float(), (~finite_loss).float(),
+            ]))
+        if sums:
+            (stats.loss, stats.policy_loss, stats.kl_loss, stats.kept_tokens, stats.entropy_sum, stats.clip_low_sum,
+             stats.clip_high_sum, stats.kl_sum, dropped, nonfinite) = torch.stack(sums).sum(dim=0).tolist()
+            stats.dropped_seqs, stats.finite_loss = int(dropped), nonfinite == 0
         return stats
 
     def _importance_weighted(

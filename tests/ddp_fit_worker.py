@@ -7,7 +7,9 @@ this script for rank 1, so the scenario's patches apply on both ranks. Each rank
 Scenarios:
 - ``healthy``: the default run (each rank its own prompts, rank-derived seeds);
 - ``f2_fault``: every rank gets the same prompts AND seeds ignore the rank (the F2 bug);
-- ``f2_twin``: every rank gets the same prompts, seeds as designed (no fault).
+- ``f2_twin``: every rank gets the same prompts, seeds as designed (no fault);
+- ``nan_one_rank``: on rank 1 only, the advantages of the second step are NaN (a non-finite
+  loss on one rank: every rank must skip that step together, and none may hang).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import lightning as L
 import torch
 
 import grpo_lightning.callbacks.rollout as rollout_module
+import grpo_lightning.module as module_module
 from grpo_lightning.build import build_run
 from grpo_lightning.config import TrainConfig
 from grpo_lightning.data import PromptDataModule
@@ -38,6 +41,19 @@ def recording_seeds(run_seed, rank, step, num_prompts, num_generations):
 
 def rankless_seeds(run_seed, rank, step, num_prompts, num_generations):
     return recording_seeds(run_seed, 0, step, num_prompts, num_generations)
+
+
+def nan_on_rank_one_second_step(group_advantages):
+    calls = []
+
+    def advantages(rewards, *args, **kwargs):
+        calls.append(1)
+        values = group_advantages(rewards, *args, **kwargs)
+        if torch.distributed.get_rank() == 1 and len(calls) == 2:
+            values = torch.full_like(values, float("nan"))
+        return values
+
+    return advantages
 
 
 class SharedPromptsDataModule(PromptDataModule):
@@ -65,6 +81,8 @@ def main(scenario: str, out_dir: str, steps: int) -> None:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     rollout_module.group_seeds = rankless_seeds if scenario == "f2_fault" else recording_seeds
+    if scenario == "nan_one_rank":
+        module_module.group_advantages = nan_on_rank_one_second_step(module_module.group_advantages)
     cfg = TrainConfig()
     cfg.trainer.max_steps = steps
     cfg.trainer.devices = 2
@@ -86,6 +104,7 @@ def main(scenario: str, out_dir: str, steps: int) -> None:
         "prompts": recorder.prompts,
         "alerts": [{"check": a.check, "failure": a.failure, "step": a.step, "text": a.text, "values": a.values} for a in run.health.alerts],
         "metrics": run.health.last_metrics,
+        "skipped_steps_total": run.module.counters.skipped_steps,
         "weights_checksum": float(sum(p.double().sum() for p in run.module.policy.parameters())),
     }
     Path(out_dir, f"rank_{trainer.global_rank}.json").write_text(json.dumps(report))

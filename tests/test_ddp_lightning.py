@@ -1,10 +1,13 @@
 """Lightning DDP on CPU with gloo, 2 real processes: the run works end to end with distinct
 prompts and seeds per rank, and the F2 fault (ranks sampling the same prompts with the same
-seeds) is diagnosed by the cross-rank duplicates check while its twin is not."""
+seeds) is diagnosed by the cross-rank duplicates check while its twin is not. A non-finite
+loss on one rank makes every rank skip that step together instead of hanging."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +19,18 @@ WORKER = Path(__file__).with_name("ddp_fit_worker.py")
 
 def _fit(scenario: str, steps: int, tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp(scenario)
-    done = subprocess.run(
-        [sys.executable, str(WORKER), scenario, str(out), str(steps)], capture_output=True, text=True, timeout=300
+    # Its own session, so a hung run's rank processes can all be killed (Lightning starts rank 1).
+    worker = subprocess.Popen(
+        [sys.executable, str(WORKER), scenario, str(out), str(steps)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    try:
+        _, stderr = worker.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(worker.pid, signal.SIGKILL)
+        _, stderr = worker.communicate()
+        pytest.fail(f"DDP scenario {scenario!r} hung for 300 s (a rank waits in a collective):\n{stderr[-3000:]}")
+    assert worker.returncode == 0, stderr[-3000:]
     return [json.loads((out / f"rank_{r}.json").read_text()) for r in range(2)]
 
 
@@ -31,6 +42,11 @@ def healthy(tmp_path_factory):
 @pytest.fixture(scope="module")
 def f2_fault(tmp_path_factory):
     return _fit("f2_fault", 3, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def nan_one_rank(tmp_path_factory):
+    return _fit("nan_one_rank", 4, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +88,13 @@ def test_f2_twin_with_rank_seeds_has_no_duplicates_alert(f2_twin):
         assert [a for a in report["alerts"] if a["check"] == "duplicates"] == []
         assert report["metrics"]["health/duplicates/shared_prompt_frac"] == 1.0
         assert report["metrics"]["health/duplicates/cross_rank_frac"] < 0.2
+
+
+def test_a_non_finite_loss_on_one_rank_skips_the_step_on_every_rank_without_hanging(nan_one_rank):
+    """Regression: the rank with the non-finite loss skipped its backward, so the other rank
+    waited in DDP's gradient all-reduce forever."""
+    for report in nan_one_rank:
+        assert report["steps"] == 4  # every generation batch was trained on ...
+        assert report["skipped_steps_total"] == 1 and report["global_step"] == 3  # ... and one step skipped
+        assert "nonfinite" in [a["check"] for a in report["alerts"]]
+    assert nan_one_rank[0]["weights_checksum"] == nan_one_rank[1]["weights_checksum"]
