@@ -121,15 +121,13 @@ def run_trl(setting: str, model_dir: str | None, checkpointing: bool) -> dict:
     return {"steps": steps}
 
 
-def run_ours(setting: str, model_dir: str | None, checkpointing: bool) -> dict:
-    import lightning as L
-
-    from grpo_lightning.build import build_run
+def our_config(setting: str, model: str | None, checkpointing: bool, steps: int | None = None):
+    """Our TrainConfig for a setting: the same values TRL's GRPOConfig gets in run_trl."""
     from grpo_lightning.config import TrainConfig
 
     s = SETTINGS[setting]
     cfg = TrainConfig()
-    cfg.model.name_or_path = model_dir
+    cfg.model.name_or_path = model
     cfg.model.gradient_checkpointing = checkpointing
     cfg.task.rewards = {"arithmetic_close": 1.0}
     cfg.task.chat_template = False  # TRL sees the raw prompt text: so do we
@@ -137,8 +135,17 @@ def run_ours(setting: str, model_dir: str | None, checkpointing: bool) -> dict:
     cfg.rollout.max_new_tokens, cfg.rollout.temperature = s["max_tokens"], COMMON["temperature"]
     cfg.algorithm.beta, cfg.algorithm.lr = COMMON["beta"], COMMON["lr"]
     cfg.algorithm.loss_agg, cfg.algorithm.micro_batch_size = "seq_mean_token_mean", s["prompts"] * s["generations"]
-    cfg.trainer.max_steps, cfg.trainer.num_threads = s["steps"], 1
+    cfg.trainer.max_steps, cfg.trainer.num_threads = steps or s["steps"], 1
     cfg.trainer.output_dir, cfg.logger.kind = tempfile.mkdtemp(), "none"
+    return cfg
+
+
+def run_ours(setting: str, model_dir: str | None, checkpointing: bool) -> dict:
+    import lightning as L
+
+    from grpo_lightning.build import build_run
+
+    cfg = our_config(setting, model_dir, checkpointing)
     run = build_run(cfg)
     steps: list[dict] = []
 

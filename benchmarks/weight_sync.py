@@ -1,9 +1,9 @@
 """Weight-sync time as a share of the training step, with the in-process vLLM engine.
 
 Trains ``--model`` (default ``smollm2_135m``: SmolLM2-135M-Instruct, converted once into
-``~/.cache/grpo_lightning``) with ``rollout.engine=vllm`` in process, on the setting of the
-TRL comparison (4 prompts x 8 generations x 64 tokens, beta 0.04, gradient checkpointing,
-one thread), and reports per step, from step ``--skip`` on: the wall time of the whole
+``~/.cache/grpo_lightning``) with ``rollout.engine=vllm`` in process, on the SmolLM2 setting
+of the TRL comparison (``trl_vs_ours.our_config``: 4 prompts x 8 generations x 64 tokens,
+beta 0.04, gradient checkpointing, one thread), and reports per step, from step ``--skip`` on: the wall time of the whole
 step (rollout, optimization, sync) and the seconds the ``WeightSyncCallback`` spent pushing
 the policy's weights into the engine. The baseline is our own step: the share is
 sync / step. ``verify_sync`` is on, so each sync is also checked (the engine's log-probs of
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import torch
 
 from grpo_lightning.build import build_run
 from grpo_lightning.callbacks import WeightSyncCallback
-from grpo_lightning.config import TrainConfig
+from trl_vs_ours import our_config  # the TRL comparison's SmolLM2 setting
 
 
 class SyncTimes(L.Callback):
@@ -61,14 +60,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
 
-    cfg = TrainConfig()
-    cfg.model.name_or_path, cfg.model.gradient_checkpointing = args.model, True
-    cfg.task.rewards, cfg.task.chat_template = {"arithmetic_close": 1.0}, False
-    cfg.rollout.engine, cfg.rollout.prompts_per_step, cfg.rollout.num_generations = "vllm", 4, 8
-    cfg.rollout.max_new_tokens, cfg.rollout.vllm.verify_sync = 64, True
-    cfg.algorithm.beta, cfg.algorithm.lr, cfg.algorithm.micro_batch_size = 0.04, 3e-4, 32
-    cfg.trainer.max_steps, cfg.trainer.num_threads = args.steps, 1
-    cfg.trainer.output_dir, cfg.logger.kind = tempfile.mkdtemp(), "none"
+    cfg = our_config("smollm2", args.model, checkpointing=True, steps=args.steps)
+    cfg.rollout.engine, cfg.rollout.vllm.verify_sync = "vllm", True
     run = build_run(cfg)
     sync = next(c for c in run.callbacks if isinstance(c, WeightSyncCallback))
     timer = SyncTimes(sync)
