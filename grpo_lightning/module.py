@@ -79,6 +79,10 @@ class PassStats:
         return getattr(self, name) / max(self.kept_tokens, 1.0)
 
 
+# The PassStats fields summed over micro-batches on the device (read once per pass).
+_PASS_SUMS = ("loss", "policy_loss", "kl_loss", "kl_sum", "kept_tokens", "entropy_sum", "clip_low_sum", "clip_high_sum")
+
+
 @dataclass
 class StepResult:
     """The outcome of one training step, kept on the module for callbacks (the health monitor)."""
@@ -285,16 +289,21 @@ class GRPOModule(L.LightningModule):
             with self._no_sync(index == len(batches) - 1):
                 self._backward(loss * scale)
             finite_loss = torch.isfinite(loss.detach())
+            counted = {
+                "loss": loss, "policy_loss": policy_term, "kl_loss": kl_term, "kl_sum": kl_sum,
+                "kept_tokens": token_mask.sum(), "entropy_sum": (out.entropy * token_mask).sum(),
+                "clip_low_sum": (pg.clipped_low.float() * token_mask).sum(),
+                "clip_high_sum": (pg.clipped_high.float() * token_mask).sum(),
+            }
             # A non-finite micro-batch adds nothing to the sums (the step is skipped anyway).
-            counted = [loss, policy_term, kl_term, token_mask.sum(), (out.entropy * token_mask).sum(),
-                       (pg.clipped_low.float() * token_mask).sum(), (pg.clipped_high.float() * token_mask).sum(), kl_sum]
             sums.append(torch.stack([
-                *(torch.where(finite_loss, value.detach().float(), 0.0) for value in counted),
+                *(torch.where(finite_loss, counted[name].detach().float(), 0.0) for name in _PASS_SUMS),
                 (~keep).sum().float(), (~finite_loss).float(),
             ]))
         if sums:
-            (stats.loss, stats.policy_loss, stats.kl_loss, stats.kept_tokens, stats.entropy_sum, stats.clip_low_sum,
-             stats.clip_high_sum, stats.kl_sum, dropped, nonfinite) = torch.stack(sums).sum(dim=0).tolist()
+            *totals, dropped, nonfinite = torch.stack(sums).sum(dim=0).tolist()
+            for name, total in zip(_PASS_SUMS, totals):
+                setattr(stats, name, total)
             stats.dropped_seqs, stats.finite_loss = int(dropped), nonfinite == 0
         return stats
 
