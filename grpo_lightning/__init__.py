@@ -1,15 +1,14 @@
 """grpo_lightning: GRPO as a PyTorch Lightning module plus callbacks, built never to fail silently."""
 
-from grpo_lightning.callbacks import RolloutCallback
 from grpo_lightning.config import TrainConfig, validate_config
 from grpo_lightning.module import GRPOModule
-from grpo_lightning.rollout import HFEngine, RolloutBatch, SamplingSettings
+from grpo_lightning.rollout import HFEngine, RolloutBatch, RolloutGenerator, SamplingSettings
 
 __all__ = [
     "GRPOModule",
     "HFEngine",
     "RolloutBatch",
-    "RolloutCallback",
+    "RolloutGenerator",
     "SamplingSettings",
     "TrainConfig",
     "validate_config",

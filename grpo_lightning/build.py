@@ -15,36 +15,42 @@ import torch
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from transformers import PreTrainedTokenizerBase
 
-from grpo_lightning.callbacks import (
-    AsyncRolloutCallback,
-    CompletionsTable,
-    HealthMonitor,
-    RolloutCallback,
-    TrainingSummary,
-    WeightSyncCallback,
-)
+from grpo_lightning.callbacks import CompletionsTable, HealthMonitor, TrainingSummary
 from grpo_lightning.config import TrainConfig, validate_config
 from grpo_lightning.data import PromptDataModule
 from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.data.tasks import task_records
-from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.models import load_policy
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rewards import RewardScorer
-from grpo_lightning.rollout import HFEngine, RolloutEngine, SamplingSettings
+from grpo_lightning.rollout import (
+    AsyncRolloutGenerator,
+    HFEngine,
+    RolloutEngine,
+    RolloutGenerator,
+    SamplingSettings,
+    WeightSync,
+)
 
 
 @dataclass
 class Run:
-    """What ``Trainer.fit`` needs, plus the tokenizer for looking at completions."""
+    """What ``Trainer.fit`` needs, plus the tokenizer for looking at completions.
+
+    The module owns the rollout generator (``module.rollout``) and the evaluator; the
+    callbacks only observe (health, completions table, summary).
+    """
 
     module: GRPOModule
     datamodule: PromptDataModule
     callbacks: list[L.Callback]
     logger: Logger | bool
     tokenizer: PreTrainedTokenizerBase
-    rollout: RolloutCallback
     health: HealthMonitor | None = None
+
+    @property
+    def rollout(self) -> RolloutGenerator:
+        return self.module.rollout
 
     def trainer(self, cfg: TrainConfig, **overrides) -> L.Trainer:
         t = cfg.trainer
@@ -117,7 +123,7 @@ def build_logger(cfg: TrainConfig, logged_config: dict | None = None) -> Logger 
 
 
 def build_engine_factory(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase):
-    """The engine for ``rollout.engine``, built at ``setup`` from the module's policy."""
+    """``policy -> engine`` for ``rollout.engine``, called by the module's ``setup``."""
     r = cfg.rollout
     if r.engine == "vllm":
         from grpo_lightning.rollout.vllm import VLLMEngine, VLLMSettings
@@ -127,9 +133,9 @@ def build_engine_factory(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase):
             in_process=v.in_process, kv_cache_gib=v.kv_cache_gib, gpu_memory_utilization=v.gpu_memory_utilization,
             max_model_len=v.max_model_len, dtype=v.dtype, enforce_eager=v.enforce_eager, seed=cfg.trainer.seed,
         )
-        return lambda pl_module: VLLMEngine.from_policy(pl_module.policy, tokenizer, settings)
-    return lambda pl_module: HFEngine(
-        pl_module.policy, tokenizer.pad_token_id, tokenizer.eos_token_id, r.generation_batch_size,
+        return lambda policy: VLLMEngine.from_policy(policy, tokenizer, settings)
+    return lambda policy: HFEngine(
+        policy, tokenizer.pad_token_id, tokenizer.eos_token_id, r.generation_batch_size,
         progress_min_tokens=r.progress_min_tokens,
     )
 
@@ -150,36 +156,33 @@ def build_run(
     L.seed_everything(cfg.trainer.seed, workers=True, verbose=False)
     datamodule = build_datamodule(cfg)
     policy, tokenizer = load_policy(cfg.model)
-    module = GRPOModule(policy, cfg.algorithm)
     r = cfg.rollout
-    sampling = SamplingSettings(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
-    rollout_cls, extra = RolloutCallback, {}
+    generator_cls, extra = RolloutGenerator, {}
     if r.mode == "async":
-        rollout_cls, extra = AsyncRolloutCallback, {"max_staleness": r.max_staleness}
-    rollout = rollout_cls(
+        generator_cls, extra = AsyncRolloutGenerator, {"max_staleness": r.max_staleness}
+    v = r.vllm
+    rollout = generator_cls(
         engine=engine if engine is not None else build_engine_factory(cfg, tokenizer),
         tokenizer=tokenizer,
         scorer=RewardScorer.from_names(cfg.task.rewards),
         num_generations=r.num_generations,
-        sampling=sampling,
+        sampling=SamplingSettings(r.max_new_tokens, r.temperature, r.top_p, r.top_k),
         seed=cfg.trainer.seed,
-        **extra,
         formatter=PromptFormatter(
             tokenizer, cfg.task.system_prompt, cfg.task.instruction, use_chat_template=cfg.task.chat_template
         ),
+        weight_sync=WeightSync(v.sync_every, v.verify_sync, v.verify_tolerance),
+        **extra,
     )
-    module.evaluator = Evaluator(
-        rollout, cfg.task.correctness_reward, cfg.eval.max_new_tokens or r.max_new_tokens,
-        pass_k=cfg.eval.pass_k, seed=cfg.trainer.seed,
+    module = GRPOModule(
+        policy, cfg.algorithm, rollout=rollout, correctness_reward=cfg.task.correctness_reward,
+        eval_max_new_tokens=cfg.eval.max_new_tokens, eval_pass_k=cfg.eval.pass_k,
     )
-    callbacks: list[L.Callback] = [rollout, TrainingSummary()]
-    if r.engine == "vllm":
-        v = r.vllm
-        callbacks.append(WeightSyncCallback(rollout, v.sync_every, v.verify_sync, v.verify_tolerance))
+    callbacks: list[L.Callback] = [TrainingSummary()]
     health = HealthMonitor(cfg.health) if cfg.health.enabled else None
     if health is not None:
         callbacks.append(health)
     logger = build_logger(cfg, logged_config)
     if isinstance(logger, WandbLogger) and cfg.logger.table_every_n_steps > 0:
-        callbacks.append(CompletionsTable(rollout, cfg.logger.table_every_n_steps, cfg.logger.table_rows))
-    return Run(module, datamodule, callbacks, logger, tokenizer, rollout, health)
+        callbacks.append(CompletionsTable(cfg.logger.table_every_n_steps, cfg.logger.table_rows))
+    return Run(module, datamodule, callbacks, logger, tokenizer, health)

@@ -11,7 +11,14 @@ import copy
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Optional
 
-from grpo_lightning.algorithm import ADVANTAGE_SCALES, IS_LEVELS, KL_ESTIMATORS, LOSS_AGG_MODES
+from grpo_lightning.algorithm import (
+    ADVANTAGE_ESTIMATORS,
+    ADVANTAGE_SCALES,
+    IS_LEVELS,
+    KL_ESTIMATORS,
+    LOSS_AGG_MODES,
+    POLICY_LOSSES,
+)
 
 ENGINES = ("hf", "vllm")
 ROLLOUT_MODES = ("sync", "async")
@@ -98,10 +105,12 @@ class RolloutConfig:
 
 @dataclass
 class AlgorithmConfig:
+    policy_loss: str = _f("grpo", f"Registered policy loss (grpo_lightning/algorithm/policy_loss.py), one of {POLICY_LOSSES.names}.")
+    advantage_estimator: str = _f("grpo", f"Registered advantage estimator (grpo_lightning/algorithm/advantages.py), one of {ADVANTAGE_ESTIMATORS.names}.")
     beta: float = _f(0.04, "KL coefficient (>= 0); 0 loads no reference model.")
     kl_estimator: str = _f("k3", f"Per-token KL estimator, one of {KL_ESTIMATORS}.")
     loss_agg: str = _f("seq_mean_token_mean", f"Loss aggregation for policy and KL terms alike, one of {LOSS_AGG_MODES}.")
-    advantage_scale: str = _f("group", f"Advantage scaling, one of {ADVANTAGE_SCALES}.")
+    advantage_scale: str = _f("group", f"advantage_estimator=grpo: scaling of the centered rewards, one of {ADVANTAGE_SCALES} (none is Dr. GRPO's).")
     advantage_eps: float = _f(1e-6, "Added to the std when scaling advantages.")
     num_iterations: int = _f(1, "Optimizer passes over each generation batch (mu); 1 makes the ratio exactly 1.")
     micro_batch_size: int = _f(32, "Sequences per forward/backward; must divide prompts_per_step x num_generations.")
@@ -282,6 +291,8 @@ def validate_config(cfg: TrainConfig) -> None:
     _choice(problems, "algorithm.kl_estimator", a.kl_estimator, KL_ESTIMATORS)
     _choice(problems, "algorithm.loss_agg", a.loss_agg, LOSS_AGG_MODES)
     _choice(problems, "algorithm.advantage_scale", a.advantage_scale, ADVANTAGE_SCALES)
+    _choice(problems, "algorithm.policy_loss", a.policy_loss, POLICY_LOSSES.names)
+    _choice(problems, "algorithm.advantage_estimator", a.advantage_estimator, ADVANTAGE_ESTIMATORS.names)
     _choice(problems, "logger.kind", cfg.logger.kind, LOGGERS)
     for name in cfg.task.rewards:
         _choice(problems, f"task.rewards.{name}", name, tuple(sorted(REWARD_FUNCTIONS)))

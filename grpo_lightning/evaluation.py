@@ -3,8 +3,8 @@
 Why: the training reward mixes format, length and correctness and is measured on prompts
 the policy trains on; ``val/accuracy`` answers the question users ask ("did the policy get
 better?") on prompts it never trained on. The evaluator borrows the rollout callback's
-engine and prompt formatter, so evaluation sees exactly what training sees (and follows
-whichever engine, HF or vLLM, the run uses).
+engine and prompt formatter (the module's :class:`RolloutGenerator`), so evaluation sees
+exactly what training sees (and follows whichever engine, HF or vLLM, the run uses).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from grpo_lightning.rollout import GenerationRequest, SamplingSettings
 from grpo_lightning.rollout.seeding import group_seeds
 
 if TYPE_CHECKING:
-    from grpo_lightning.callbacks.rollout import RolloutCallback
+    from grpo_lightning.rollout.generator import RolloutGenerator
 
 CORRECT = 1.0 - 1e-6  # a correctness score at least this high counts as correct
 _EVAL_STEP_OFFSET = -(1 << 40)  # eval seeds live apart from training steps (which are >= 0)
@@ -27,7 +27,7 @@ class Evaluator:
 
     def __init__(
         self,
-        rollout: RolloutCallback,
+        rollout: RolloutGenerator,
         correctness_reward: str,
         max_new_tokens: int,
         pass_k: int = 0,
@@ -62,7 +62,7 @@ class Evaluator:
 
     def evaluate(self, records: list[dict], step: int = 0, rank: int = 0) -> dict[str, float]:
         if self.rollout.engine is None:
-            raise RuntimeError("the rollout callback has no engine yet; evaluate inside Trainer.fit/validate")
+            raise RuntimeError("the rollout generator has no engine yet; evaluate inside Trainer.fit/validate")
         scores, texts, lengths = self._scores(records, 1, self.greedy, step, rank)
         correct = scores[:, 0] >= CORRECT
         self.last_samples = [

@@ -1,15 +1,24 @@
 """``GRPOModule``: the GRPO optimization step as a LightningModule (manual optimization).
 
-One training step consumes one generation batch (a :class:`RolloutBatch` handed over by the
-rollout callback) and runs ``num_iterations`` optimizer passes over it:
+Data flows one way, and ``training_step`` reads it top to bottom:
 
-1. group-relative advantages from the rewards;
-2. the loss normalizer of the chosen aggregation mode, over the whole batch and all ranks;
-3. reference log-probs (only when beta > 0) and old log-probs (only when num_iterations > 1),
-   once, without gradient;
-4. per pass: micro-batch forward, per-token clipped loss (times the truncated importance
-   weight pi_old / pi_engine when ``is_level`` is not none) + beta x KL, aggregated with the
-   global normalizer, backward; then the NaN guard, gradient clipping and the optimizer step.
+1. **prompts**: the prompt loader's ``batch`` (records; or a ready :class:`RolloutBatch`);
+2. **rollout**: the module's own :class:`RolloutGenerator` turns the records into a scored
+   generation batch, with seeds of (run seed, rank, step, prompt, sample);
+3. **prepare**: advantages (the registered ``algorithm.advantage_estimator``), the loss
+   normalizer of the whole batch over all ranks, reference and old log-probs, once;
+4. **step**: per pass, every micro-batch's loss (:func:`micro_batch_loss`: the registered
+   ``algorithm.policy_loss``, KL, aggregation) is back-propagated; then the NaN guard,
+   gradient clipping and the optimizer step. The result (rollout included) is ``last_step``;
+5. **monitor**: callbacks (the HealthMonitor, the completions table) read ``last_step`` in
+   ``on_train_batch_end``; they observe and never feed anything back;
+6. **sync**: the module's ``on_train_batch_end`` (Lightning calls it after the callbacks')
+   pushes the new weights into an engine that keeps its own (vLLM).
+
+Why the module owns the generator rather than a callback handing it batches: each hop's
+product is passed forward explicitly in one function, a plain ``Trainer`` with no callbacks
+trains and validates (the evaluator uses the same generator), and user callbacks can be
+added freely since none of them is load-bearing.
 """
 
 from __future__ import annotations
@@ -24,31 +33,26 @@ import torch
 from torch import nn
 
 from grpo_lightning.algorithm import (
+    AggregationRecord,
+    MicroBatch,
+    PreparedBatch,
     TokenLogProbs,
-    aggregate,
-    group_advantages,
-    kl_estimate,
+    compute_advantages,
     lm_head_log_probs,
     loss_normalizer,
-    policy_loss,
+    micro_batch_loss,
     selective_log_probs,
-    truncated_importance_weights,
+    tied_groups,
 )
 from grpo_lightning.config import AlgorithmConfig
+from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.guards import NonFiniteCounters, NonFiniteTrainingError
 from grpo_lightning.rollout.batch import RolloutBatch
+from grpo_lightning.rollout.generator import RolloutGenerator
 
 # The frozen reference model is in eval mode on purpose (see GRPOModule.train); the policy's
 # train mode is enforced in training_step, so this warning has nothing left to tell.
 warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode", category=UserWarning)
-
-
-@dataclass(frozen=True)
-class AggregationRecord:
-    """How one loss term was reduced to a scalar: the mode and the normalizer it divided by."""
-
-    mode: str
-    normalizer: float
 
 
 @dataclass
@@ -91,6 +95,7 @@ class StepResult:
     grad_norms: list[float] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # one reason per skipped optimizer step
     advantages: torch.Tensor | None = None  # [N], as used by the loss (the F5 check reads them)
+    rollout: RolloutBatch | None = None  # the generation batch this step trained on
 
 
 def _plain_output_head(model: nn.Module) -> nn.Linear | None:
@@ -103,14 +108,35 @@ def _plain_output_head(model: nn.Module) -> nn.Linear | None:
     return head if isinstance(head, nn.Linear) and decoder is not None else None
 
 
+class _CloseRolloutOnException(L.Callback):
+    """Lightning tells only callbacks about exceptions: drain the generator's queued work then."""
+
+    def __init__(self, rollout: RolloutGenerator):
+        self.rollout = rollout
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self.rollout.close()
+
+
 class GRPOModule(L.LightningModule):
-    """GRPO over a Hugging Face causal LM. ``policy`` is trained; a frozen copy is the reference."""
+    """GRPO over a Hugging Face causal LM. ``policy`` is trained; a frozen copy is the reference.
+
+    ``rollout`` generates each step's completions from the loader's prompt records (without
+    one, the loader must yield :class:`RolloutBatch` objects). ``correctness_reward`` names
+    the reward function whose score of 1 means correct; with it, validation reports
+    ``val/accuracy`` (greedy) and ``val/pass@k`` (``eval_pass_k`` > 0) on held-out prompts.
+    """
 
     def __init__(
         self,
         policy: nn.Module,
         algorithm: AlgorithmConfig | None = None,
         reference: nn.Module | None = None,
+        *,
+        rollout: RolloutGenerator | None = None,
+        correctness_reward: str | None = None,
+        eval_max_new_tokens: int | None = None,
+        eval_pass_k: int = 0,
     ):
         super().__init__()
         self.automatic_optimization = False
@@ -120,11 +146,15 @@ class GRPOModule(L.LightningModule):
         if self.cfg.beta > 0:
             self.reference = reference if reference is not None else copy.deepcopy(policy)
             self.reference.requires_grad_(False).eval()
+        self.rollout = rollout
+        self.evaluator: Evaluator | None = None
+        if rollout is not None and correctness_reward is not None:
+            self.evaluator = Evaluator(
+                rollout, correctness_reward, eval_max_new_tokens or rollout.sampling.max_new_tokens,
+                pass_k=eval_pass_k, seed=rollout.seed,
+            )
         self.counters = NonFiniteCounters()
         self.last_step: StepResult | None = None
-        self._pending_rollout: RolloutBatch | None = None
-        # Set by build_run (grpo_lightning.evaluation.Evaluator): what validation_step runs.
-        self.evaluator = None
         self.save_hyperparameters({"algorithm": asdict(self.cfg)})
 
     def train(self, mode: bool = True) -> GRPOModule:
@@ -134,19 +164,136 @@ class GRPOModule(L.LightningModule):
             self.reference.eval()
         return self
 
-    # ----------------------------------------------------------------------- hand-over
-    def receive_rollout(self, rollout: RolloutBatch) -> None:
-        """Called by the rollout callback before each training step."""
-        self._pending_rollout = rollout
+    # ----------------------------------------------------------------------- the step
+    def training_step(self, batch, batch_idx: int) -> None:
+        # ``from_pretrained`` returns the policy in eval mode and Lightning (>= 2.2) no longer
+        # switches modules to train mode at fit start; in eval mode gradient checkpointing
+        # and dropout silently do nothing. A rollout engine may also leave it so.
+        if not self.policy.training:
+            self.policy.train()
+        rollout = self.generate_rollout(batch)
+        prepared = self.prepare(rollout)
+        result = StepResult(advantages=prepared.advantages, rollout=rollout)
+        self.optimizers().zero_grad(set_to_none=True)
+        for _ in range(self.cfg.num_iterations):
+            stats = self.accumulate_gradients(rollout, prepared)
+            self.counters.nonfinite_seqs += stats.dropped_seqs
+            result.passes.append(stats)
+            self._guarded_step(stats, result)
+        self.last_step = result
+        self._log_step(rollout, result)
 
-    def _take_rollout(self) -> RolloutBatch:
-        if self._pending_rollout is None:
+    def generate_rollout(self, batch) -> RolloutBatch:
+        """The generation batch of this step: ``batch`` itself if it is one, else generated from its prompts."""
+        if isinstance(batch, RolloutBatch):
+            return batch.to(self.device)
+        if self.rollout is None:
             raise RuntimeError(
-                "GRPOModule.training_step found no RolloutBatch: add a RolloutCallback "
-                "(grpo_lightning.callbacks.RolloutCallback) to the Trainer's callbacks"
+                "GRPOModule got prompt records but has no rollout generator: pass "
+                "rollout=RolloutGenerator(...) to GRPOModule, or yield RolloutBatch objects from the loader"
             )
-        rollout, self._pending_rollout = self._pending_rollout, None
+        # The count of generation batches, not global_step: a skipped optimizer step must not
+        # repeat the previous step's seeds. Lightning restores it on resume.
+        step = self.trainer.fit_loop.total_batch_idx
+        rollout = self.rollout.rollout_for_step(batch, step=step, rank=self.global_rank)
         return rollout.to(self.device)
+
+    def prepare(self, rollout: RolloutBatch) -> PreparedBatch:
+        """Everything computed once per generation batch, before the first backward."""
+        # The micro-batch slices (trimmed of padding) serve the frozen passes and every
+        # optimization pass alike: computed once.
+        batches = list(self._micro_batches(rollout))
+        mask = rollout.completion_mask.float()
+        return PreparedBatch(
+            micro_batches=batches,
+            advantages=compute_advantages(rollout.rewards, rollout.group_size, self.cfg),
+            normalizer=self._sum_over_ranks(loss_normalizer(mask, self.cfg.loss_agg, rollout.max_new_tokens)),
+            max_new_tokens=rollout.max_new_tokens,
+            reference=self._frozen_log_probs(self.reference, rollout, batches) if self.reference is not None else None,
+            old=self._frozen_log_probs(self.policy, rollout, batches) if self.cfg.num_iterations > 1 else None,
+        )
+
+    def accumulate_gradients(self, rollout: RolloutBatch, prepared: PreparedBatch) -> PassStats:
+        """One pass: forward and backward over every micro-batch, gradients summed exactly.
+
+        A non-finite micro-batch loss marks the pass (the caller then skips the optimizer
+        step) but is still back-propagated: under DDP a rank that skipped its backward would
+        leave the others waiting in the gradient all-reduce forever, while its non-finite
+        gradient reaches every rank, so all skip the step together. The statistics stay on
+        the device and are read once per pass (no host sync per micro-batch).
+        """
+        stats = PassStats()
+        scale = self._world_size()  # DDP averages gradients over ranks; we want their sum
+        batches = prepared.micro_batches
+        stats.seq_logp = torch.full((rollout.num_sequences,), torch.nan, device=self.device)
+        sums: list[torch.Tensor] = []  # per micro-batch, on the device
+        for index, mb in enumerate(batches):
+            logprobs = self.completion_log_probs(
+                self.policy, mb.input_ids, mb.attention_mask, mb.prompt_width, rollout.temperature, with_entropy=True
+            )
+            terms = micro_batch_loss(logprobs, mb, prepared, self.cfg)
+            with self._no_sync(index == len(batches) - 1):
+                self._backward(terms.loss * scale)
+            stats.seq_logp[mb.rows] = terms.seq_logp
+            if index == 0:  # one host read per pass
+                stats.aggregation = {
+                    term: AggregationRecord(rec.mode, float(rec.normalizer)) for term, rec in terms.aggregation.items()
+                }
+            if terms.importance is not None:
+                self._record_importance(terms, stats)
+            finite_loss = torch.isfinite(terms.loss.detach())
+            counted = {
+                "loss": terms.loss, "policy_loss": terms.policy, "kl_loss": terms.kl, "kl_sum": terms.kl_sum,
+                "kept_tokens": terms.token_mask.sum(), "entropy_sum": terms.entropy_sum,
+                "clip_low_sum": terms.clip_low_sum, "clip_high_sum": terms.clip_high_sum,
+            }
+            # A non-finite micro-batch adds nothing to the sums (the step is skipped anyway).
+            sums.append(torch.stack([
+                *(torch.where(finite_loss, counted[name].detach().float(), 0.0) for name in _PASS_SUMS),
+                (~terms.kept).sum().float(), (~finite_loss).float(),
+            ]))
+        if sums:
+            *totals, dropped, nonfinite = torch.stack(sums).sum(dim=0).tolist()
+            for name, total in zip(_PASS_SUMS, totals):
+                setattr(stats, name, total)
+            stats.dropped_seqs, stats.finite_loss = int(dropped), nonfinite == 0
+        return stats
+
+    @staticmethod
+    def _record_importance(terms, stats: PassStats) -> None:
+        """Engine vs trainer log-probs of the sampled tokens (rollout/logp_diff_mean, is_*)."""
+        iw = terms.importance
+        stats.engine_tokens += float(terms.token_mask.sum())
+        stats.logp_diff_sum += iw.abs_diff_sum
+        stats.is_ratio_max = max(stats.is_ratio_max, iw.ratio_max)
+        stats.is_truncated += iw.truncated
+
+    def _guarded_step(self, stats: PassStats, result: StepResult) -> None:
+        """Step only with a finite loss and gradient; otherwise leave weights and optimizer untouched."""
+        optimizer = self.optimizers()
+        params = [p for p in self.policy.parameters() if p.grad is not None]
+        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params]) if params else torch.tensor(0.0)
+        result.grad_norms.append(float(grad_norm))
+        reason = None
+        if not stats.finite_loss:
+            reason = "loss"
+        elif not torch.isfinite(grad_norm):
+            reason = "grad"
+        elif stats.kept_tokens == 0:
+            reason = "no_finite_sequence"
+        if reason is None:
+            torch.nn.utils.clip_grads_with_norm_(params, self.cfg.max_grad_norm, grad_norm)
+            optimizer.step()
+            self.lr_schedulers().step()
+            self.counters.consecutive_skips = 0
+        else:
+            self.counters.record_skip(reason)
+            result.skipped.append(reason)
+        optimizer.zero_grad(set_to_none=True)
+        if self.counters.consecutive_skips >= self.cfg.max_consecutive_skips:
+            raise NonFiniteTrainingError(
+                self.counters.diagnosis(reason, self.global_step, self.cfg.lr, self.cfg.beta)
+            )
 
     # ----------------------------------------------------------------------- log-probs
     def completion_log_probs(
@@ -186,21 +333,29 @@ class GRPOModule(L.LightningModule):
             first = int(prompt_used[0]) if len(prompt_used) else width
             completion_used = rollout.completion_mask[rows].any(dim=0).nonzero()
             num_cols = int(completion_used[-1]) + 1 if len(completion_used) else 1
-            yield rows, num_cols, ids[rows, first : width + num_cols], attn[rows, first : width + num_cols], width - first
+            engine = rollout.engine_logprobs
+            yield MicroBatch(
+                rows=rows,
+                input_ids=ids[rows, first : width + num_cols],
+                attention_mask=attn[rows, first : width + num_cols],
+                prompt_width=width - first,
+                completion_mask=rollout.completion_mask[rows, :num_cols].bool(),
+                engine_logprobs=engine[rows, :num_cols] if engine is not None else None,
+            )
 
     @torch.no_grad()
-    def _frozen_log_probs(self, model: nn.Module, rollout: RolloutBatch, batches: list) -> TokenLogProbs:
+    def _frozen_log_probs(self, model: nn.Module, rollout: RolloutBatch, batches: list[MicroBatch]) -> TokenLogProbs:
         """Log-probs of the whole batch without gradient (reference or old policy)."""
         shape = rollout.completion_ids.shape
         logp = torch.zeros(shape, device=self.device)
         finite = torch.ones(shape, dtype=torch.bool, device=self.device)
-        for rows, num_cols, ids, attn, prompt_width in batches:
-            out = self.completion_log_probs(model, ids, attn, prompt_width, rollout.temperature)
-            logp[rows, :num_cols] = out.logp
-            finite[rows, :num_cols] = out.finite
+        for mb in batches:
+            out = self.completion_log_probs(model, mb.input_ids, mb.attention_mask, mb.prompt_width, rollout.temperature)
+            logp[mb.rows, : mb.num_cols] = out.logp
+            finite[mb.rows, : mb.num_cols] = out.finite
         return TokenLogProbs(logp=logp, entropy=None, finite=finite)
 
-    # ----------------------------------------------------------------------- the step
+    # ----------------------------------------------------------------------- ranks
     def _sum_over_ranks(self, value: torch.Tensor) -> torch.Tensor:
         if self._trainer is None or self.trainer.world_size == 1:
             return value
@@ -220,185 +375,55 @@ class GRPOModule(L.LightningModule):
         block = getattr(self._trainer.strategy, "block_backward_sync", None) if self._trainer else None
         return nullcontext() if is_last or block is None else block()
 
-    def prepare(self, rollout: RolloutBatch) -> dict:
-        """Everything computed once per generation batch, before the first backward."""
-        mask = rollout.completion_mask.float()
-        # The micro-batch slices (trimmed of padding) serve the frozen passes and every
-        # optimization pass alike: computed once.
-        batches = list(self._micro_batches(rollout))
-        return {
-            "micro_batches": batches,
-            "advantages": group_advantages(
-                rollout.rewards, rollout.group_size, self.cfg.advantage_scale, self.cfg.advantage_eps
-            ),
-            "normalizer": self._sum_over_ranks(
-                loss_normalizer(mask, self.cfg.loss_agg, rollout.max_new_tokens)
-            ),
-            "reference": self._frozen_log_probs(self.reference, rollout, batches) if self.reference is not None else None,
-            "old": self._frozen_log_probs(self.policy, rollout, batches) if self.cfg.num_iterations > 1 else None,
-        }
+    # ----------------------------------------------------------------------- rollout life cycle
+    def setup(self, stage: str) -> None:
+        if self.rollout is not None:
+            self.rollout.setup(self.policy)
 
-    def accumulate_gradients(self, rollout: RolloutBatch, prepared: dict) -> PassStats:
-        """One pass: forward and backward over every micro-batch, gradients summed exactly.
+    def configure_callbacks(self) -> list[L.Callback]:
+        return [_CloseRolloutOnException(self.rollout)] if self.rollout is not None else []
 
-        A sequence with a non-finite log-prob (policy, reference or old) is dropped from the
-        loss; its rows never produce a gradient. A non-finite micro-batch loss marks the pass
-        (the caller then skips the optimizer step) but is still back-propagated: under DDP a
-        rank that skipped its backward would leave the others waiting in the gradient
-        all-reduce forever, while its non-finite gradient reaches every rank, so all skip the
-        step together. The statistics stay on the device and are read once per pass (no
-        host sync per micro-batch).
-        """
-        cfg, stats = self.cfg, PassStats()
-        scale = self._world_size()  # DDP averages gradients over ranks; we want their sum
-        batches = prepared["micro_batches"]
-        seq_logp = torch.full((rollout.num_sequences,), torch.nan, device=self.device)
-        stats.seq_logp = seq_logp
-        sums: list[torch.Tensor] = []  # per micro-batch, on the device
-        for index, (rows, num_cols, ids, attn, prompt_width) in enumerate(batches):
-            mask = rollout.completion_mask[rows, :num_cols].bool()
-            out = self.completion_log_probs(
-                self.policy, ids, attn, prompt_width, rollout.temperature, with_entropy=True
-            )
-            finite = out.finite
-            for frozen in (prepared["reference"], prepared["old"]):
-                if frozen is not None:
-                    finite = finite & frozen.finite[rows, :num_cols]
-            keep = (finite | ~mask).all(dim=1)
-            token_mask = (mask & keep[:, None]).float()
-            old = prepared["old"].logp[rows, :num_cols] if prepared["old"] is not None else out.logp.detach()
-            pg = policy_loss(
-                out.logp, old, prepared["advantages"][rows], cfg.clip_low, cfg.clip_high, cfg.dual_clip
-            )
-            seq_logp[rows] = torch.where(keep, (out.logp.detach() * mask).sum(dim=1), torch.nan)
-            per_token = pg.loss
-            if rollout.engine_logprobs is not None:
-                per_token = self._importance_weighted(
-                    per_token, old, rollout.engine_logprobs[rows, :num_cols], token_mask, stats
-                )
-            # Each term is aggregated on its own (the sum is linear, so the loss is the same)
-            # so that the mode and normalizer of each can be checked (F5).
-            policy_term = self._aggregate_term("policy", per_token, token_mask, prepared, rollout, stats)
-            loss = policy_term
-            kl_term = kl_sum = torch.zeros((), device=self.device)
-            if prepared["reference"] is not None:
-                kl = kl_estimate(out.logp, prepared["reference"].logp[rows, :num_cols], cfg.kl_estimator)
-                kl_term = self._aggregate_term("kl", kl, token_mask, prepared, rollout, stats)
-                loss = loss + cfg.beta * kl_term
-                kl_sum = (kl.detach() * token_mask).sum()
-            with self._no_sync(index == len(batches) - 1):
-                self._backward(loss * scale)
-            finite_loss = torch.isfinite(loss.detach())
-            counted = {
-                "loss": loss, "policy_loss": policy_term, "kl_loss": kl_term, "kl_sum": kl_sum,
-                "kept_tokens": token_mask.sum(), "entropy_sum": (out.entropy * token_mask).sum(),
-                "clip_low_sum": (pg.clipped_low.float() * token_mask).sum(),
-                "clip_high_sum": (pg.clipped_high.float() * token_mask).sum(),
-            }
-            # A non-finite micro-batch adds nothing to the sums (the step is skipped anyway).
-            sums.append(torch.stack([
-                *(torch.where(finite_loss, counted[name].detach().float(), 0.0) for name in _PASS_SUMS),
-                (~keep).sum().float(), (~finite_loss).float(),
-            ]))
-        if sums:
-            *totals, dropped, nonfinite = torch.stack(sums).sum(dim=0).tolist()
-            for name, total in zip(_PASS_SUMS, totals):
-                setattr(stats, name, total)
-            stats.dropped_seqs, stats.finite_loss = int(dropped), nonfinite == 0
-        return stats
+    def on_train_start(self) -> None:
+        # An engine started from another snapshot (or shared between runs) begins from this policy.
+        if self.rollout is not None:
+            self.rollout.sync_weights(self, self.global_step, force=True)
 
-    def _importance_weighted(
-        self, per_token: torch.Tensor, old: torch.Tensor, engine: torch.Tensor,
-        token_mask: torch.Tensor, stats: PassStats,
-    ) -> torch.Tensor:
-        """Measure the engine/trainer mismatch; with ``is_level != none`` weight the policy term.
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        """The last hop: after the monitor (callbacks run first), push the new weights to the engine."""
+        if self.rollout is None:
+            return
+        probe = self.last_step.rollout if self.last_step is not None else None
+        metrics = self.rollout.sync_weights(self, self.global_step, probe)
+        if metrics:
+            self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
 
-        Only the policy term is weighted (the KL term is added after), as TRL and verl do.
-        With ``is_level == none`` the loss is returned untouched.
-        """
-        iw = truncated_importance_weights(old, engine, token_mask, self.cfg.is_level, self.cfg.is_cap)
-        stats.engine_tokens += float(token_mask.sum())
-        stats.logp_diff_sum += iw.abs_diff_sum
-        stats.is_ratio_max = max(stats.is_ratio_max, iw.ratio_max)
-        stats.is_truncated += iw.truncated
-        return per_token if self.cfg.is_level == "none" else per_token * iw.weights
-
-    def _aggregate_term(
-        self, term: str, per_token: torch.Tensor, token_mask: torch.Tensor, prepared: dict,
-        rollout: RolloutBatch, stats: PassStats,
-    ) -> torch.Tensor:
-        """Aggregate one loss term with the configured mode and the global normalizer, and
-        record both on ``stats`` so the health monitor can check every term used the same (F5)."""
-        normalizer = prepared["normalizer"]
-        if term not in stats.aggregation:
-            stats.aggregation[term] = AggregationRecord(self.cfg.loss_agg, float(normalizer))
-        return aggregate(per_token, token_mask, self.cfg.loss_agg, normalizer, rollout.max_new_tokens)
-
-    def _guarded_step(self, stats: PassStats, result: StepResult) -> None:
-        """Step only with a finite loss and gradient; otherwise leave weights and optimizer untouched."""
-        optimizer = self.optimizers()
-        params = [p for p in self.policy.parameters() if p.grad is not None]
-        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params]) if params else torch.tensor(0.0)
-        result.grad_norms.append(float(grad_norm))
-        reason = None
-        if not stats.finite_loss:
-            reason = "loss"
-        elif not torch.isfinite(grad_norm):
-            reason = "grad"
-        elif stats.kept_tokens == 0:
-            reason = "no_finite_sequence"
-        if reason is None:
-            torch.nn.utils.clip_grads_with_norm_(params, self.cfg.max_grad_norm, grad_norm)
-            optimizer.step()
-            self.lr_schedulers().step()
-            self.counters.consecutive_skips = 0
-        else:
-            self.counters.record_skip(reason)
-            result.skipped.append(reason)
-        optimizer.zero_grad(set_to_none=True)
-        if self.counters.consecutive_skips >= self.cfg.max_consecutive_skips:
-            raise NonFiniteTrainingError(
-                self.counters.diagnosis(reason, self.global_step, self.cfg.lr, self.cfg.beta)
-            )
-
-    def training_step(self, batch, batch_idx: int) -> None:
-        # ``from_pretrained`` returns the policy in eval mode and Lightning (>= 2.2) no longer
-        # switches modules to train mode at fit start; in eval mode gradient checkpointing
-        # and dropout silently do nothing. A rollout engine or callback may also leave it so.
-        if not self.policy.training:
-            self.policy.train()
-        rollout = self._take_rollout()
-        prepared = self.prepare(rollout)
-        result = StepResult(advantages=prepared["advantages"])
-        self.optimizers().zero_grad(set_to_none=True)
-        for _ in range(self.cfg.num_iterations):
-            stats = self.accumulate_gradients(rollout, prepared)
-            self.counters.nonfinite_seqs += stats.dropped_seqs
-            result.passes.append(stats)
-            self._guarded_step(stats, result)
-        self.last_step = result
-        self._log_step(rollout, prepared, result)
+    def on_train_end(self) -> None:
+        if self.rollout is not None:
+            self.rollout.close()
 
     # ----------------------------------------------------------------------- evaluation
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
         """Greedy (and pass@k) accuracy on held-out prompts; averaged over batches by their size."""
         if self.evaluator is None:
-            return
+            raise RuntimeError(
+                "validation needs GRPOModule(..., rollout=..., correctness_reward=<reward function name>) "
+                "to score held-out prompts; or turn validation off with Trainer(limit_val_batches=0)"
+            )
         metrics = self.evaluator.evaluate(batch, step=self.global_step, rank=self.global_rank)
         self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=len(batch), sync_dist=True)
 
     # ----------------------------------------------------------------------- logging
-    def _log_step(self, rollout: RolloutBatch, prepared: dict, result: StepResult) -> None:
+    def _log_step(self, rollout: RolloutBatch, result: StepResult) -> None:
         last = result.passes[-1]
-        grouped = rollout.rewards.view(-1, rollout.group_size)
         lengths = rollout.completion_mask.sum(dim=1).float()
         metrics = {
+            **rollout.timing,
             "train/loss": last.loss,
             "train/grad_norm": result.grad_norms[-1],
             "train/lr": self.optimizers().param_groups[0]["lr"],
             "reward/mean": float(rollout.rewards.mean()),
             "reward/std": float(rollout.rewards.std()) if rollout.num_sequences > 1 else 0.0,
-            "reward/frac_zero_std": float((grouped.std(dim=1) < 1e-6).float().mean()),
+            "reward/frac_zero_std": float(tied_groups(rollout.rewards, rollout.group_size).float().mean()),
             "policy/entropy": last.token_mean("entropy_sum"),
             "policy/clip_frac_low": last.token_mean("clip_low_sum"),
             "policy/clip_frac_high": last.token_mean("clip_high_sum"),

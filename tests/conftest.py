@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 import warnings
 from dataclasses import dataclass
@@ -11,11 +12,11 @@ import pytest
 import torch
 
 from grpo_lightning.build import Run, build_run
-from grpo_lightning.callbacks import RolloutCallback
-from grpo_lightning.config import TrainConfig
+from grpo_lightning.config import AlgorithmConfig, TrainConfig
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
+from grpo_lightning.module import GRPOModule
 from grpo_lightning.rewards import RewardScorer, register_reward
-from grpo_lightning.rollout import HFEngine, SamplingSettings
+from grpo_lightning.rollout import HFEngine, RolloutGenerator, SamplingSettings
 
 torch.set_num_threads(1)
 
@@ -36,11 +37,11 @@ def policy(tokenizer):
     return build_tiny_policy(tokenizer, seed=0)
 
 
-def make_rollout_callback(
+def make_generator(
     policy, tokenizer, num_generations=4, max_new_tokens=8, seed=0, rewards=None, **sampling
 ):
-    """A real RolloutCallback over the HF engine, usable without a Trainer."""
-    callback = RolloutCallback(
+    """A real RolloutGenerator over the HF engine, usable without a Trainer."""
+    return RolloutGenerator(
         engine=HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id),
         tokenizer=tokenizer,
         scorer=RewardScorer.from_names(rewards or {"arithmetic_exact": 0.5, "arithmetic_close": 0.5}),
@@ -48,8 +49,14 @@ def make_rollout_callback(
         sampling=SamplingSettings(max_new_tokens=max_new_tokens, **sampling),
         seed=seed,
     )
-    callback.engine = callback._engine_or_factory
-    return callback
+
+
+def gradients(policy, rollout, **algorithm):
+    """Parameter gradients of one pass over ``rollout`` (no optimizer step)."""
+    module = GRPOModule(copy.deepcopy(policy), AlgorithmConfig(**algorithm))
+    stats = module.accumulate_gradients(rollout, module.prepare(rollout))
+    assert stats.finite_loss and stats.dropped_seqs == 0
+    return {n: p.grad.clone() for n, p in module.policy.named_parameters() if p.grad is not None}, stats
 
 
 PROMPTS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(1, 2), (13, 4), (7, 7), (0, 9)]]
@@ -59,7 +66,7 @@ PROMPTS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(1, 2), (1
 def rollout(policy, tokenizer):
     """A real generation batch: 4 prompts of different lengths x 4 completions of varied length,
     with random rewards so that every group has a non-zero advantage spread."""
-    batch = make_rollout_callback(policy, tokenizer).make_rollout(PROMPTS, step=0, rank=0)
+    batch = make_generator(policy, tokenizer).generate(PROMPTS, step=0, rank=0)
     batch.rewards = torch.rand(batch.num_sequences, generator=torch.Generator().manual_seed(1))
     lengths = batch.completion_mask.sum(dim=1)
     assert lengths.min() < lengths.max(), "the fixture needs completions of varied lengths"

@@ -22,7 +22,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-import grpo_lightning.callbacks.rollout as rollout_module
+import grpo_lightning.rollout.generator as rollout_module
 import grpo_lightning.module as module_module
 from grpo_lightning.build import build_run
 from grpo_lightning.config import TrainConfig
@@ -73,7 +73,7 @@ class Recorder(L.Callback):
         self.prompts: list[list[str]] = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        rollout = next(cb for cb in trainer.callbacks if hasattr(cb, "last_rollout")).last_rollout
+        rollout = pl_module.last_step.rollout
         self.prompts.append(rollout.prompts[:: rollout.group_size])
 
 
@@ -82,7 +82,7 @@ def main(scenario: str, out_dir: str, steps: int) -> None:
     warnings.filterwarnings("ignore")
     rollout_module.group_seeds = rankless_seeds if scenario == "f2_fault" else recording_seeds
     if scenario == "nan_one_rank":
-        module_module.group_advantages = nan_on_rank_one_second_step(module_module.group_advantages)
+        module_module.compute_advantages = nan_on_rank_one_second_step(module_module.compute_advantages)
     cfg = TrainConfig()
     cfg.trainer.max_steps = steps
     cfg.trainer.devices = 2

@@ -100,7 +100,7 @@ def worker(rank: int, world: int, out_dir: str, port: int) -> None:
                     "mode": mode,
                     "max_abs_diff": float((grad - reference).abs().max()),
                     "grad_norm": float(reference.norm()),
-                    "normalizer": float(prepared["normalizer"]),
+                    "normalizer": float(prepared.normalizer),
                     "aggregation": {k: [v.mode, v.normalizer] for k, v in stats.aggregation.items()},
                 },
                 open(os.path.join(out_dir, f"{mode}.json"), "w"),

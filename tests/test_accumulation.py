@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
@@ -11,13 +9,7 @@ from grpo_lightning.algorithm import LOSS_AGG_MODES
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.module import GRPOModule
 
-
-def gradients(policy, rollout, **algorithm):
-    """Parameter gradients of one pass over ``rollout`` (no optimizer step)."""
-    module = GRPOModule(copy.deepcopy(policy), AlgorithmConfig(**algorithm))
-    stats = module.accumulate_gradients(rollout, module.prepare(rollout))
-    assert stats.finite_loss and stats.dropped_seqs == 0
-    return {n: p.grad.clone() for n, p in module.policy.named_parameters() if p.grad is not None}, stats
+from conftest import gradients
 
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)

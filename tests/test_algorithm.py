@@ -13,7 +13,7 @@ from grpo_lightning.algorithm import (
     group_advantages,
     kl_estimate,
     loss_normalizer,
-    policy_loss,
+    clipped_surrogate,
     selective_log_probs,
 )
 
@@ -80,7 +80,7 @@ def test_kl_finite_for_extreme_log_ratios(kind):
 def test_ratio_one_gives_minus_advantage_and_its_gradient():
     logp = torch.tensor([[-1.0, -2.0], [-0.5, -0.1]], requires_grad=True)
     adv = torch.tensor([2.0, -1.0])
-    out = policy_loss(logp, logp.detach(), adv)
+    out = clipped_surrogate(logp, logp.detach(), adv)
     assert torch.equal(out.ratio, torch.ones(2, 2))
     assert torch.allclose(out.loss, torch.tensor([[-2.0, -2.0], [1.0, 1.0]]))
     out.loss.sum().backward()
@@ -91,7 +91,7 @@ def test_clipping_hand_computed():
     old = torch.zeros(1, 4)
     ratios = torch.tensor([[1.5, 0.5, 1.5, 0.5]])
     adv = torch.tensor([[1.0, 1.0, -1.0, -1.0]])
-    out = policy_loss(ratios.log(), old, adv, clip_low=0.2, clip_high=0.3)
+    out = clipped_surrogate(ratios.log(), old, adv, clip_low=0.2, clip_high=0.3)
     # A>0: min(1.5, 1.3) = 1.3 ; min(0.5, 0.8) = 0.5 ; A<0: min(-1.5, -1.3) = -1.5 ; min(-0.5, -0.8) = -0.8
     assert torch.allclose(out.loss, torch.tensor([[-1.3, -0.5, 1.5, 0.8]]))
     assert out.clipped_high.tolist() == [[True, False, False, False]]
@@ -106,14 +106,14 @@ def test_dual_clip_bounds_negative_advantages():
     old = torch.zeros(1, 2)
     logp = torch.tensor([[math.log(10.0), math.log(10.0)]])
     adv = torch.tensor([[-1.0, 1.0]])
-    out = policy_loss(logp, old, adv, dual_clip=3.0)
+    out = clipped_surrogate(logp, old, adv, dual_clip=3.0)
     assert torch.allclose(out.loss, torch.tensor([[3.0, -1.2]]))  # -A*c for A<0 ; clipped for A>0
     assert out.dual_clipped.tolist() == [[True, False]]
 
 
 def test_policy_loss_survives_huge_log_ratios():
     logp = torch.tensor([[1e4, -1e4]], requires_grad=True)
-    out = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]))
+    out = clipped_surrogate(logp, torch.zeros(1, 2), torch.tensor([1.0]))
     out.loss.sum().backward()
     assert torch.isfinite(out.loss).all() and torch.isfinite(logp.grad).all()
 

@@ -33,9 +33,12 @@ def read_metrics(folder: Path) -> list[dict]:
 def test_cli_trains_and_logs_metrics(tmp_path):
     result = train(*SHORT, "logger=csv", f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    rows = [r for r in read_metrics(tmp_path / "run") if r.get("reward/mean")]
+    metrics = read_metrics(tmp_path / "run")
+    rows = [r for r in metrics if r.get("reward/mean")]
     assert len(rows) == 3
     assert {"train/loss", "kl/mean", "reward/frac_zero_std", "policy/entropy"} <= set(rows[0])
+    # held-out evaluation before training and at the end, as in the hand-assembled API (test_dataflow)
+    assert len([r for r in metrics if r.get("val/accuracy")]) == 2
     assert "final metrics" in result.stdout
 
 

@@ -7,7 +7,7 @@ import csv
 import pytest
 
 from grpo_lightning.build import build_run, fit
-from grpo_lightning.callbacks import RolloutCallback
+from grpo_lightning.rollout import RolloutGenerator
 from grpo_lightning.config import TrainConfig
 from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.models import build_char_tokenizer
@@ -40,10 +40,9 @@ class ScriptedEngine:
 def make_evaluator(rule, pass_k=0):
     tokenizer = build_char_tokenizer()
     engine = ScriptedEngine(tokenizer, rule)
-    rollout = RolloutCallback(
+    rollout = RolloutGenerator(
         engine, tokenizer, RewardScorer.from_names({"arithmetic_exact": 1.0}), 4, SamplingSettings(4, temperature=0.7)
     )
-    rollout.engine = engine
     return Evaluator(rollout, "arithmetic_exact", max_new_tokens=4, pass_k=pass_k), engine
 
 

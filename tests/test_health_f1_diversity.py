@@ -7,7 +7,7 @@ import hashlib
 
 import torch
 
-import grpo_lightning.callbacks.rollout as rollout_module
+import grpo_lightning.rollout.generator as rollout_module
 from grpo_lightning.rollout import GenerationRequest, HFEngine
 from grpo_lightning.rollout import sampler as sampler_module
 

@@ -5,25 +5,24 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_lightning.algorithm import LOSS_AGG_MODES, aggregate
-from grpo_lightning.module import AggregationRecord, GRPOModule
+import grpo_lightning.algorithm.objective as objective_lib
+from grpo_lightning.algorithm import LOSS_AGG_MODES, AggregationRecord, aggregate
 
 from conftest import fit, make_config
 
 
 def _token_mean_policy(monkeypatch, record_honestly: bool):
     """The policy term averaged over all tokens of the batch, (l*m).sum() / m.sum(); KL as configured."""
-    original = GRPOModule._aggregate_term
+    original = objective_lib.aggregate_term
 
-    def faulty(self, term, per_token, token_mask, prepared, rollout, stats):
+    def faulty(term, per_token, token_mask, prepared, cfg):
         if term != "policy":
-            return original(self, term, per_token, token_mask, prepared, rollout, stats)
-        tokens = self._sum_over_ranks(rollout.completion_mask.float().sum())
-        used = "token_mean" if record_honestly else self.cfg.loss_agg
-        stats.aggregation.setdefault(term, AggregationRecord(used, float(tokens)))
-        return aggregate(per_token, token_mask, "token_mean", tokens)
+            return original(term, per_token, token_mask, prepared, cfg)
+        tokens = sum(mb.completion_mask.float().sum() for mb in prepared.micro_batches)  # one rank
+        used = "token_mean" if record_honestly else cfg.loss_agg
+        return aggregate(per_token, token_mask, "token_mean", tokens), AggregationRecord(used, tokens)
 
-    monkeypatch.setattr(GRPOModule, "_aggregate_term", faulty)
+    monkeypatch.setattr(objective_lib, "aggregate_term", faulty)
 
 
 def test_policy_term_with_another_normalizer_is_diagnosed_as_f5(monkeypatch):

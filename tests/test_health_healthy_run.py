@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import grpo_lightning.callbacks.rollout as rollout_module
+import grpo_lightning.rollout.generator as rollout_module
 from grpo_lightning.health import HealthCheckError
 
 from conftest import fit, make_config

@@ -4,7 +4,7 @@ rewards (they vary between prompts, never within a group)."""
 
 from __future__ import annotations
 
-import grpo_lightning.callbacks.rollout as rollout_module
+import grpo_lightning.rollout.generator as rollout_module
 import grpo_lightning.rewards.arithmetic as arithmetic
 from grpo_lightning.rollout.seeding import sample_seed
 

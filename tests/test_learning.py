@@ -12,11 +12,11 @@ pytestmark = pytest.mark.slow
 
 
 class RewardHistory(L.Callback):
-    def __init__(self, rollout):
-        self.rollout, self.rewards = rollout, []
+    def __init__(self):
+        self.rewards = []
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        self.rewards.append(float(self.rollout.last_rollout.rewards.mean()))
+        self.rewards.append(float(module.last_step.rollout.rewards.mean()))
 
 
 def test_default_task_reward_rises(tmp_path):
@@ -25,7 +25,7 @@ def test_default_task_reward_rises(tmp_path):
     cfg.trainer.output_dir = str(tmp_path)
     cfg.logger.kind = "none"
     run = build_run(cfg)
-    history = RewardHistory(run.rollout)
+    history = RewardHistory()
     run.callbacks.append(history)
     run.trainer(cfg, enable_progress_bar=False).fit(run.module, datamodule=run.datamodule)
     first, last = history.rewards[:25], history.rewards[-50:]

@@ -6,13 +6,13 @@ import lightning as L
 import pytest
 import torch
 
-import grpo_lightning.module as module_lib
+import grpo_lightning.algorithm.objective as objective_lib
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.data import PromptDataModule, arithmetic_records
 from grpo_lightning.guards import NonFiniteTrainingError
 from grpo_lightning.module import GRPOModule
 
-from conftest import make_rollout_callback
+from conftest import make_generator
 
 
 class Snapshots(L.Callback):
@@ -38,13 +38,13 @@ class Snapshots(L.Callback):
 def fit(policy, tokenizer, steps, *extra_callbacks, **algorithm):
     train, _ = arithmetic_records()
     data = PromptDataModule(train, prompts_per_step=4, num_batches=steps)
-    module = GRPOModule(policy, AlgorithmConfig(micro_batch_size=16, lr=1e-2, **algorithm))
-    rollout = make_rollout_callback(policy, tokenizer, max_new_tokens=4, rewards={"test_length": 1.0})
+    rollout = make_generator(policy, tokenizer, max_new_tokens=4, rewards={"test_length": 1.0})
+    module = GRPOModule(policy, AlgorithmConfig(micro_batch_size=16, lr=1e-2, **algorithm), rollout=rollout)
     snapshots = Snapshots()
     trainer = L.Trainer(
         max_steps=steps, max_epochs=1, logger=False, enable_progress_bar=False,
         enable_checkpointing=False, enable_model_summary=False, limit_val_batches=0,
-        callbacks=[rollout, snapshots, *extra_callbacks],
+        callbacks=[snapshots, *extra_callbacks],
     )
     trainer.fit(module, datamodule=data)
     return module, trainer, snapshots
@@ -83,7 +83,7 @@ def test_nan_logits_in_one_sample_drop_that_sample_and_training_goes_on(policy, 
 
 
 def test_nan_loss_skips_the_step_without_touching_weights_or_optimizer(policy, tokenizer, monkeypatch):
-    real_aggregate, state = module_lib.aggregate, {"batch": -1}
+    real_aggregate, state = objective_lib.aggregate, {"batch": -1}
 
     class BatchIndex(L.Callback):
         def on_train_batch_start(self, trainer, module, batch, batch_idx):
@@ -93,7 +93,7 @@ def test_nan_loss_skips_the_step_without_touching_weights_or_optimizer(policy, t
         loss = real_aggregate(*args, **kwargs)
         return loss * float("nan") if state["batch"] == 1 else loss
 
-    monkeypatch.setattr(module_lib, "aggregate", nan_in_second_step)
+    monkeypatch.setattr(objective_lib, "aggregate", nan_in_second_step)
     module, trainer, snaps = fit(policy, tokenizer, 4, BatchIndex(), beta=0.04)
     assert module.counters.skipped_steps == 1 and module.counters.nonfinite_losses == 1
     params_before, moments_before = snaps.before[1]
@@ -121,8 +121,8 @@ def test_nan_gradient_skips_the_step(policy, tokenizer):
 
 
 def test_consecutive_non_finite_steps_stop_training_with_a_diagnosis(policy, tokenizer, monkeypatch):
-    real_aggregate = module_lib.aggregate
-    monkeypatch.setattr(module_lib, "aggregate", lambda *a, **k: real_aggregate(*a, **k) * float("nan"))
+    real_aggregate = objective_lib.aggregate
+    monkeypatch.setattr(objective_lib, "aggregate", lambda *a, **k: real_aggregate(*a, **k) * float("nan"))
     with pytest.raises(NonFiniteTrainingError) as info:
         fit(policy, tokenizer, 10, beta=0.0, max_consecutive_skips=3)
     message = str(info.value)

@@ -9,7 +9,7 @@ import torch
 from grpo_lightning.rollout import GenerationRequest, HFEngine, SamplingSettings, sample_seed
 from grpo_lightning.rollout.sampler import SeededSampler
 
-from conftest import PROMPTS, make_rollout_callback
+from conftest import PROMPTS, make_generator
 
 
 def test_seeds_are_distinct_across_rank_step_prompt_sample_and_deterministic():
@@ -21,25 +21,25 @@ def test_seeds_are_distinct_across_rank_step_prompt_sample_and_deterministic():
 
 
 def test_two_samples_of_a_group_differ(policy, tokenizer):
-    rollout = make_rollout_callback(policy, tokenizer, num_generations=8).make_rollout(PROMPTS, step=0, rank=0)
+    rollout = make_generator(policy, tokenizer, num_generations=8).generate(PROMPTS, step=0, rank=0)
     for group in range(rollout.num_groups):
         texts = rollout.completions[group * 8 : (group + 1) * 8]
         assert len(set(texts)) >= 6, texts  # 8 draws of 8 tokens from ~19 tokens: near-certainly distinct
 
 
 def test_same_run_repeated_gives_identical_completions(policy, tokenizer):
-    first = make_rollout_callback(policy, tokenizer, seed=3).make_rollout(PROMPTS, step=5, rank=0)
-    again = make_rollout_callback(policy, tokenizer, seed=3).make_rollout(PROMPTS, step=5, rank=0)
+    first = make_generator(policy, tokenizer, seed=3).generate(PROMPTS, step=5, rank=0)
+    again = make_generator(policy, tokenizer, seed=3).generate(PROMPTS, step=5, rank=0)
     assert first.completions == again.completions
     assert torch.equal(first.completion_ids, again.completion_ids)
 
 
 def test_consecutive_steps_ranks_and_run_seeds_give_different_completions(policy, tokenizer):
-    callback = make_rollout_callback(policy, tokenizer)
-    base = callback.make_rollout(PROMPTS, step=0, rank=0).completions
-    assert callback.make_rollout(PROMPTS, step=1, rank=0).completions != base
-    assert callback.make_rollout(PROMPTS, step=0, rank=1).completions != base
-    other_seed = make_rollout_callback(policy, tokenizer, seed=1).make_rollout(PROMPTS, step=0, rank=0)
+    generator = make_generator(policy, tokenizer)
+    base = generator.generate(PROMPTS, step=0, rank=0).completions
+    assert generator.generate(PROMPTS, step=1, rank=0).completions != base
+    assert generator.generate(PROMPTS, step=0, rank=1).completions != base
+    other_seed = make_generator(policy, tokenizer, seed=1).generate(PROMPTS, step=0, rank=0)
     assert other_seed.completions != base
 
 
@@ -85,16 +85,17 @@ def test_resume_from_a_checkpoint_continues_the_seed_steps(tokenizer, tmp_path):
 
     def fit(checkpoint_every=None, resume_from=None):
         policy = build_tiny_policy(tokenizer)
-        callback = make_rollout_callback(policy, tokenizer, max_new_tokens=4)
-        steps, make = [], callback.make_rollout
-        callback.make_rollout = lambda records, step, rank: steps.append(step) or make(records, step, rank)
+        generator = make_generator(policy, tokenizer, max_new_tokens=4)
+        steps, make = [], generator.generate
+        generator.generate = lambda records, step, rank: steps.append(step) or make(records, step, rank)
         extra = [L.pytorch.callbacks.ModelCheckpoint(tmp_path, every_n_train_steps=checkpoint_every, save_top_k=-1)] if checkpoint_every else []
         trainer = L.Trainer(
             max_steps=4, max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
-            enable_checkpointing=bool(extra), callbacks=[callback, *extra],
+            enable_checkpointing=bool(extra), callbacks=extra,
         )
         data = PromptDataModule(arithmetic_records()[0], prompts_per_step=4, num_batches=4)
-        trainer.fit(GRPOModule(policy, AlgorithmConfig(micro_batch_size=16)), datamodule=data, ckpt_path=resume_from)
+        module = GRPOModule(policy, AlgorithmConfig(micro_batch_size=16), rollout=generator)
+        trainer.fit(module, datamodule=data, ckpt_path=resume_from)
         return steps
 
     assert fit(checkpoint_every=2) == [0, 1, 2, 3]

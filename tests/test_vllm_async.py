@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import grpo_lightning.callbacks.rollout as rollout_module
+import grpo_lightning.rollout.generator as rollout_module
 from vllm_helpers import diversity_failures, run_training, small_config
 
 # The same two prompts at every step: F1 showed as one prompt getting the same completion

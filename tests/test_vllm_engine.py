@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpo_lightning.callbacks import RolloutCallback, WeightSyncCallback, WeightSyncError
+from grpo_lightning.rollout import WeightSync, WeightSyncError
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.models import build_tiny_policy
 from grpo_lightning.module import GRPOModule
-from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rollout import GenerationRequest, SamplingSettings
 from grpo_lightning.rollout.seeding import group_seeds
 from grpo_lightning.rollout.side_effects import ProcessState
@@ -118,15 +117,13 @@ def test_outputs_change_only_with_a_sync(vllm_session):
 
 def test_verify_sync_fails_loudly_when_engine_and_policy_differ(vllm_session):
     engine, tok = vllm_session.engine, vllm_session.tokenizer
-    rollout = RolloutCallback(engine, tok, RewardScorer.from_names({"arithmetic_exact": 1.0}), 2, SamplingSettings())
-    rollout.engine = engine
-    sync = WeightSyncCallback(rollout, verify=True, tolerance=1e-4)
+    sync = WeightSync(verify=True, tolerance=1e-4)
     module = GRPOModule(perturbed_policy(tok), AlgorithmConfig(beta=0.0))
     engine.load_weights(build_tiny_policy(tok).state_dict().items())  # the engine holds other weights
     with pytest.raises(WeightSyncError, match="differ from the policy"):
-        sync.check(module)
-    seconds = sync.sync(module, step=1)  # pushes and verifies
-    assert seconds > 0 and sync.last_probe_diff <= 1e-4
+        sync.check(module, engine, tokenizer=tok)
+    metrics = sync.sync(module, engine, step=1, tokenizer=tok)  # pushes and verifies
+    assert metrics["rollout/sync_seconds"] > 0 and sync.last_probe_diff <= 1e-4
 
 
 def test_ranks_draw_different_samples_of_the_same_group(vllm_session):

@@ -15,11 +15,11 @@ WINDOW = 40
 
 
 class RewardLog(L.Callback):
-    def __init__(self, rollout):
-        self.rollout, self.rewards = rollout, []
+    def __init__(self):
+        self.rewards = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.rewards.append(float(self.rollout.last_rollout.rewards.mean()))
+        self.rewards.append(float(pl_module.last_step.rollout.rewards.mean()))
 
 
 def train_default_task(engine_kind: str, engine=None) -> list[float]:
@@ -30,7 +30,7 @@ def train_default_task(engine_kind: str, engine=None) -> list[float]:
     cfg.trainer.output_dir = "/tmp/grpo-vllm-tests"
     cfg.rollout.engine = engine_kind
     run = build_run(cfg, engine=engine)
-    log = RewardLog(run.rollout)
+    log = RewardLog()
     trainer = run.trainer(cfg, callbacks=run.callbacks + [log], enable_progress_bar=False)
     trainer.fit(run.module, datamodule=run.datamodule)
     return log.rewards

@@ -14,12 +14,11 @@ from grpo_lightning.rollout import RolloutBatch
 class RolloutRecorder(L.Callback):
     """Keeps every generation batch the module trained on, in step order."""
 
-    def __init__(self, rollout_callback):
-        self.rollout_callback = rollout_callback
+    def __init__(self):
         self.batches: list[RolloutBatch] = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.batches.append(self.rollout_callback.last_rollout)
+        self.batches.append(pl_module.last_step.rollout)
 
 
 def small_config(steps: int, mode: str = "sync", staleness: int = 1, max_new_tokens: int = 8, lr: float = 3e-4) -> TrainConfig:
@@ -50,7 +49,7 @@ def run_training(cfg: TrainConfig, engine, records: list[dict] | None = None) ->
         datamodule = PromptDataModule(
             records, None, len(records), seed=cfg.trainer.seed, num_batches=cfg.trainer.max_steps, lookahead=lookahead
         )
-    recorder = RolloutRecorder(run.rollout)
+    recorder = RolloutRecorder()
     trainer = run.trainer(cfg, callbacks=run.callbacks + [recorder], enable_progress_bar=False)
     trainer.fit(run.module, datamodule=datamodule)
     return recorder.batches

@@ -1,10 +1,62 @@
-"""Group-relative advantages (GRPO, DeepSeekMath section 4.1.2; Dr. GRPO for ``scale="none"``)."""
+"""Group-relative advantages (GRPO, DeepSeekMath section 4.1.2; Dr. GRPO for ``scale="none"``).
+
+**Tied groups.** A group whose rewards are all equal carries no signal and must get
+advantage exactly 0. "Equal" is defined once, here (:func:`tied_groups`), and every place
+that asks "zero reward std?" (the advantages, ``reward/frac_zero_std``, the health checks)
+calls it: rewards ``r`` of a group are tied when
+
+    max(r) - min(r) <= TIE_ATOL + TIE_RTOL * max(|r|)
+
+so rewards that differ only by float32 rounding (a weighted sum of reward functions
+added in another order, 0.7 stored as 0.69999999) count as tied. The tolerance is relative
+to the totals, so a total that cancels terms far larger than itself may keep their rounding;
+``RewardScorer`` adds every sample's terms in one order, so samples that every reward
+function scores alike get bit-equal totals and are tied exactly. Statistics are computed in
+float64, so rounding cannot create signal: in float32 the mean of eight 0.7s is one ulp off,
+and dividing those ulps by ``std + eps`` gave every sample |A| up to 61.
+
+An advantage estimator is registered by name (:func:`register_advantage_estimator`) and
+selected with ``algorithm.advantage_estimator``; each takes ``(rewards [N], group_size,
+config)`` and returns float32 advantages [N] laid out like the rewards.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 
+from grpo_lightning.algorithm.registry import make_registry
+
 ADVANTAGE_SCALES = ("group", "batch", "none")
+
+TIE_RTOL = 1e-6  # about 8 float32 ulps of the rewards' magnitude
+TIE_ATOL = 1e-6  # rewards nearer to each other than this are one reward (the old zero-std threshold)
+
+
+def _grouped(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Rewards [N] as float64 [N / G, G]; rejects shapes that do not split into groups."""
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must have shape [N], got {tuple(rewards.shape)}")
+    if group_size < 1 or rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards cannot be split into groups of {group_size}")
+    return rewards.detach().to(torch.float64).view(-1, group_size)
+
+
+def rewards_equal(a, b) -> torch.Tensor:
+    """Elementwise: are rewards ``a`` and ``b`` the same reward? The one definition of a tie:
+    ``|a - b| <= TIE_ATOL + TIE_RTOL * max(|a|, |b|)``, in float64."""
+    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    return (a - b).abs() <= TIE_ATOL + TIE_RTOL * torch.maximum(a.abs(), b.abs())
+
+
+def tied_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Bool [N / G]: True where every reward of the group is the same (its max equals its min
+    by :func:`rewards_equal`). A group of one sample is tied with itself."""
+    grouped = _grouped(rewards, group_size)
+    return rewards_equal(grouped.max(dim=1).values, grouped.min(dim=1).values)
 
 
 def group_advantages(
@@ -19,26 +71,55 @@ def group_advantages(
     - ``scale="batch"``: ``A_i = (r_i - mu_g) / (std_batch + eps)`` (std over all N rewards),
     - ``scale="none"``:  ``A_i = r_i - mu_g`` (Dr. GRPO: no std scaling).
 
-    Standard deviations are unbiased (as TRL and verl compute them). A group of one
-    sample, or a group whose rewards are all equal, has advantage exactly 0, never NaN.
-    Advantages sum to zero within every group.
+    Standard deviations are unbiased (as TRL and verl compute them) and everything is
+    computed in float64. A tied group (:func:`tied_groups`, which includes a group of one)
+    has advantage exactly 0 in every scale, never NaN. Advantages sum to zero within every
+    group (to float32 rounding). Returns float32.
     """
     if scale not in ADVANTAGE_SCALES:
         raise ValueError(f"scale must be one of {ADVANTAGE_SCALES}, got {scale!r}")
-    if rewards.dim() != 1:
-        raise ValueError(f"rewards must have shape [N], got {tuple(rewards.shape)}")
-    if group_size < 1 or rewards.numel() % group_size:
-        raise ValueError(
-            f"{rewards.numel()} rewards cannot be split into groups of {group_size}"
-        )
-    grouped = rewards.float().view(-1, group_size)
+    grouped = _grouped(rewards, group_size)
     centered = grouped - grouped.mean(dim=1, keepdim=True)
-    if group_size == 1 or scale == "none":
-        # A singleton group is its own mean: centered is already exactly 0.
-        return centered.view(-1)
-    if scale == "group":
-        std = grouped.std(dim=1, keepdim=True)
-    else:
-        std = rewards.float().std() if rewards.numel() > 1 else rewards.new_zeros(())
-    # centered is exactly 0 wherever the group std is 0, so the division gives 0, not NaN.
-    return (centered / (std + eps)).view(-1)
+    if scale == "group" and group_size > 1:
+        centered = centered / (grouped.std(dim=1, keepdim=True) + eps)
+    elif scale == "batch" and rewards.numel() > 1:
+        centered = centered / (grouped.std() + eps)
+    tied = tied_groups(rewards, group_size)
+    return torch.where(tied[:, None], 0.0, centered).to(torch.float32).view(-1)
+
+
+# ----------------------------------------------------------------------------- the registry
+AdvantageEstimatorFn = Callable[[torch.Tensor, int, Any], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class AdvantageEstimator:
+    """A registered estimator: ``fn(rewards [N], group_size, algorithm_config) -> advantages [N]``."""
+
+    name: str
+    fn: AdvantageEstimatorFn
+
+
+ADVANTAGE_ESTIMATORS = make_registry("advantage estimator", "algorithm.advantage_estimator")
+
+
+def register_advantage_estimator(name: str) -> Callable[[AdvantageEstimatorFn], AdvantageEstimatorFn]:
+    """Register ``fn(rewards, group_size, cfg) -> advantages`` as ``algorithm.advantage_estimator=name``."""
+
+    def decorate(fn: AdvantageEstimatorFn) -> AdvantageEstimatorFn:
+        ADVANTAGE_ESTIMATORS.add(name, AdvantageEstimator(name, fn))
+        return fn
+
+    return decorate
+
+
+def compute_advantages(rewards: torch.Tensor, group_size: int, cfg: Any) -> torch.Tensor:
+    """The advantages of ``cfg.advantage_estimator`` (float32 [N], on the rewards' device)."""
+    estimator = ADVANTAGE_ESTIMATORS[cfg.advantage_estimator]
+    return estimator.fn(rewards, group_size, cfg).to(rewards.device)
+
+
+@register_advantage_estimator("grpo")
+def grpo_advantages(rewards: torch.Tensor, group_size: int, cfg: Any) -> torch.Tensor:
+    """GRPO's group-relative advantage, scaled by ``cfg.advantage_scale`` (group / batch / none)."""
+    return group_advantages(rewards, group_size, cfg.advantage_scale, cfg.advantage_eps)

@@ -1,18 +1,16 @@
-"""Callbacks: rollout generation (sync / async), weight sync, health monitoring, completions tables."""
+"""Callbacks that observe the step: health monitoring, completions tables, the training summary.
 
-from grpo_lightning.callbacks.async_rollout import AsyncRolloutCallback
+None of them is load-bearing: rollout generation and weight sync belong to the module's
+:class:`~grpo_lightning.rollout.RolloutGenerator` (see ``GRPOModule``), so a plain
+``Trainer`` trains correctly with or without them.
+"""
+
 from grpo_lightning.callbacks.completions_table import CompletionsTable
 from grpo_lightning.callbacks.health import HealthMonitor
-from grpo_lightning.callbacks.rollout import RolloutCallback
 from grpo_lightning.callbacks.summary import TrainingSummary
-from grpo_lightning.callbacks.weight_sync import WeightSyncCallback, WeightSyncError
 
 __all__ = [
-    "AsyncRolloutCallback",
     "CompletionsTable",
     "HealthMonitor",
-    "RolloutCallback",
     "TrainingSummary",
-    "WeightSyncCallback",
-    "WeightSyncError",
 ]

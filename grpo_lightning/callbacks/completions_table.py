@@ -10,8 +10,6 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.loggers import WandbLogger
 
-from grpo_lightning.algorithm import group_advantages
-
 
 def completion_rows(rollout, advantages, max_rows: int) -> tuple[list[str], list[list]]:
     """Columns and rows of one table (the first ``max_rows`` completions, whole groups first)."""
@@ -35,23 +33,20 @@ def completion_rows(rollout, advantages, max_rows: int) -> tuple[list[str], list
 class CompletionsTable(L.Callback):
     """Logs ``completions`` (a ``wandb.Table``) to every WandbLogger of the trainer every ``every_n_steps``."""
 
-    def __init__(self, rollout_callback, every_n_steps: int = 10, max_rows: int = 16, key: str = "completions"):
-        self.rollout_callback = rollout_callback
+    def __init__(self, every_n_steps: int = 10, max_rows: int = 16, key: str = "completions"):
         self.every_n_steps = every_n_steps
         self.max_rows = max_rows
         self.key = key
         self.tables_logged = 0
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
-        rollout = self.rollout_callback.last_rollout
-        if rollout is None or self.every_n_steps <= 0 or batch_idx % self.every_n_steps:
+        step = getattr(pl_module, "last_step", None)
+        if step is None or step.rollout is None or self.every_n_steps <= 0 or batch_idx % self.every_n_steps:
             return
         loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
         if not loggers or trainer.global_rank != 0:
             return
-        cfg = pl_module.cfg
-        advantages = group_advantages(rollout.rewards, rollout.group_size, cfg.advantage_scale, cfg.advantage_eps)
-        columns, rows = completion_rows(rollout, advantages.cpu(), self.max_rows)
+        columns, rows = completion_rows(step.rollout, step.advantages.cpu(), self.max_rows)
         for logger in loggers:
             logger.log_table(key=self.key, columns=columns, data=rows, step=trainer.global_step)
         self.tables_logged += 1

@@ -1,8 +1,8 @@
 """``HealthMonitor``: runs the health checks after every training step and tells the user what
 is wrong and what to change, before hours are lost.
 
-Per step: build a :class:`StepView` from the module's ``last_step`` and the rollout
-callback's ``last_rollout``; every check measures local sums; one all-reduce adds them over
+Per step: build a :class:`StepView` from the module's ``last_step`` (the step's result and
+the generation batch it trained on); every check measures local sums; one all-reduce adds them over
 ranks (so every rank reaches the same verdict); every check evaluates the totals. A check
 that finds a problem ``patience`` steps in a row raises an alert: ``warn`` (a rank-zero
 warning with the diagnosis and ``health/alert/<check>`` = 1), ``raise`` (every rank stops
@@ -61,11 +61,10 @@ class HealthMonitor(L.Callback):
     # ----------------------------------------------------------------------- the work
     def _view(self, trainer: L.Trainer, pl_module: L.LightningModule) -> StepView | None:
         result = getattr(pl_module, "last_step", None)
-        source = next((cb for cb in trainer.callbacks if getattr(cb, "last_rollout", None) is not None), None)
-        rollout = source.last_rollout if source is not None else None
-        if result is None or rollout is None or not result.passes:
+        if result is None or result.rollout is None or not result.passes:
             return None
-        sampling = getattr(source, "sampling", None)
+        rollout = result.rollout
+        sampling = getattr(getattr(pl_module, "rollout", None), "sampling", None)
         filtered = sampling is not None and (sampling.top_p < 1.0 or sampling.top_k > 0)
         world = trainer.world_size
         gather = None

@@ -73,7 +73,7 @@ class CrossRankDuplicatesCheck(HealthCheck):
         )
         fix = (
             "derive every sampling seed from the rank (grpo_lightning.rollout.seeding.sample_seed takes it; "
-            "RolloutCallback passes trainer.global_rank), give every vLLM engine its own seed, and keep "
+            "the module passes its global rank to the RolloutGenerator), give every vLLM engine its own seed, and keep "
             "PromptDataModule's PromptSampler so that the ranks get different prompts (do not replace it "
             "with a sampler that every rank iterates identically)."
         )

@@ -5,8 +5,9 @@ Two independent tests:
 
 1. What the module says: every loss term records the mode and normalizer it used
    (``PassStats.aggregation``); they must equal the configured mode and each other.
-2. What the numbers say: on the first pass of a step the ratio is exactly 1, so the policy
-   term must equal ``aggregate(-A)`` (advantages broadcast over each completion) with the
+2. What the numbers say: on the first pass of a step the ratio is exactly 1, so for a policy
+   loss that declares this identity (``register_policy_loss(..., ratio_one_identity=True)``,
+   read from the registry here) the policy term must equal ``aggregate(-A)`` (advantages broadcast over each completion) with the
    configured mode and the normalizer of the whole batch over all ranks. A term divided by
    another normalizer (for instance a global token count in ``seq_mean_token_mean``) differs
    from it as soon as completion lengths differ. (With ``seq_mean_token_mean`` the value is
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from grpo_lightning.algorithm import group_advantages
+from grpo_lightning.algorithm import POLICY_LOSSES, compute_advantages
 from grpo_lightning.health.alerts import Finding
 from grpo_lightning.health.base import HealthCheck
 from grpo_lightning.health.view import StepView
@@ -51,6 +52,7 @@ class NormalizationCheck(HealthCheck):
         checkable = (
             first is not None and first.finite_loss and first.dropped_seqs == 0 and "policy" in declared
             and getattr(view.algorithm, "is_level", "none") == "none"
+            and POLICY_LOSSES[view.algorithm.policy_loss].ratio_one_identity
         )
         stats = {"terms": float(len(declared)), "mismatched": float(mismatched), "checkable": float(checkable)}
         if checkable:
@@ -58,8 +60,7 @@ class NormalizationCheck(HealthCheck):
             # statement of each mode, and a few numpy operations instead of a dozen torch ones.
             advantages = view.result.advantages
             if advantages is None:
-                cfg = view.algorithm
-                advantages = group_advantages(r.rewards.float(), r.group_size, cfg.advantage_scale, cfg.advantage_eps)
+                advantages = compute_advantages(r.rewards, r.group_size, view.algorithm)
             neg_adv = -advantages.detach().cpu().numpy().astype(np.float64)
             lengths = view.completion_mask.sum(axis=1)
             weight = (lengths > 0) if mode == "seq_mean_token_mean" else lengths
@@ -117,7 +118,7 @@ class NormalizationCheck(HealthCheck):
             "generation batch; the gradient is then scaled differently per term and per batch layout."
         )
         fix = (
-            f"aggregate every term through GRPOModule._aggregate_term with algorithm.loss_agg (now {mode}) and "
+            f"aggregate every term through grpo_lightning.algorithm.objective.aggregate_term with algorithm.loss_agg (now {mode}) and "
             "the normalizer from GRPOModule.prepare; if you changed the loss, route the new term through it; "
             "choose the mode explicitly: token_mean (DAPO), seq_mean_token_mean (GRPO), seq_mean_token_sum_norm "
             "(Dr. GRPO)."

@@ -1,6 +1,7 @@
 """Reward signal: how many groups give GRPO nothing to learn from, over a window of steps.
 
-A group whose rewards are all equal has zero advantages and no gradient. Groups that are
+A group whose rewards are all equal (tied, as :func:`grpo_lightning.algorithm.tied_groups`
+defines it for the advantages too) has zero advantages and no gradient. Groups that are
 all equal *at the best reward seen so far* are solved, which is fine (unless the reward has
 never varied in the run); the check counts the others (stuck groups). When the rewards still vary between prompts (each reward function
 has a spread over the batch) but not within groups, the samples of a group are likely
@@ -13,11 +14,10 @@ from collections import deque
 
 import numpy as np
 
+from grpo_lightning.algorithm import rewards_equal, tied_groups
 from grpo_lightning.health.alerts import Finding
 from grpo_lightning.health.base import HealthCheck
 from grpo_lightning.health.view import StepView
-
-_ZERO_STD = 1e-6  # as the module's reward/frac_zero_std
 
 
 class RewardSignalCheck(HealthCheck):
@@ -36,14 +36,16 @@ class RewardSignalCheck(HealthCheck):
         r = view.rollout
         grouped = r.rewards.detach().cpu().numpy().astype(np.float64).reshape(-1, r.group_size)
         means = grouped.mean(axis=1)
-        flat = np.ptp(grouped, axis=1) < _ZERO_STD  # all equal: zero std
+        flat = tied_groups(r.rewards, r.group_size).cpu().numpy()  # all equal: zero std
         self._best = max(self._best, float(means.max()))
         self._worst = min(self._worst, float(means.min()))
         # Solved: all equal at the best group reward of the run, provided rewards have ever
         # differed (a reward that never varies solves nothing).
-        varied = self._best > self._worst + _ZERO_STD
-        stuck = flat & ~((means >= self._best - _ZERO_STD) & varied)
-        spread = sum(float(np.ptp(v.detach().cpu().numpy())) > _ZERO_STD for v in r.reward_components.values())
+        varied = not bool(rewards_equal(self._best, self._worst))
+        at_best = (means >= self._best) | rewards_equal(means, self._best).numpy()
+        stuck = flat & ~(at_best & varied)
+        # A reward function "varies across the batch" unless the whole batch is one tied group.
+        spread = sum(not bool(tied_groups(v, v.numel())) for v in r.reward_components.values())
         return {
             "groups": float(grouped.shape[0]),
             "zero_std": float(flat.sum()),
@@ -63,7 +65,7 @@ class RewardSignalCheck(HealthCheck):
         full = len(self._window) == self._window.maxlen
         if not (full and stuck / groups > self.cfg.max_stuck_frac):
             return metrics, None
-        if self._best > self._worst + _ZERO_STD:
+        if not bool(rewards_equal(self._best, self._worst)):
             where = f" below the best group reward seen so far ({self._best:.3g})"
         else:
             where = f", and the reward has not varied once in this run (every group's mean is {self._best:.3g})"

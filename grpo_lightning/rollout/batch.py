@@ -31,6 +31,7 @@ class RolloutBatch:
     engine_logprobs: torch.Tensor | None = None  # [N, C] float32, from the engine
     prompts: list[str] = field(default_factory=list)  # [N] texts
     completions: list[str] = field(default_factory=list)  # [N] texts
+    timing: dict[str, float] = field(default_factory=dict)  # rollout/* seconds and tokens/s, logged by the module
 
     def __post_init__(self) -> None:
         n = self.prompt_ids.shape[0]

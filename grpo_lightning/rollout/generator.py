@@ -1,8 +1,10 @@
-"""``RolloutCallback``: turns a batch of prompt records into a scored ``RolloutBatch``.
+"""``RolloutGenerator``: prompt records in, a scored ``RolloutBatch`` out.
 
-Before each training step it tokenizes the prompts (once per distinct prompt), asks the
-engine for ``num_generations`` completions per prompt, each with its own seed derived from
-(run seed, rank, step, prompt, sample), scores them, and hands the batch to the module.
+The module owns one and calls it at the top of ``training_step`` (see ``GRPOModule``): it
+tokenizes the prompts (once per distinct prompt), asks the engine for ``num_generations``
+completions per prompt, each with its own seed derived from (run seed, rank, step, prompt,
+sample), and scores them. An engine that keeps its own copy of the weights (vLLM) gets the
+policy's weights pushed by the generator's :class:`WeightSync` after each optimizer step.
 """
 
 from __future__ import annotations
@@ -10,19 +12,29 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import lightning as L
-import torch
+from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from grpo_lightning.data.lookahead import current_records
 from grpo_lightning.rewards import RewardScorer
-from grpo_lightning.rollout import Completion, GenerationRequest, RolloutBatch, RolloutEngine, SamplingSettings
+from grpo_lightning.rollout.batch import RolloutBatch
+from grpo_lightning.rollout.engine import Completion, GenerationRequest, RolloutEngine, SamplingSettings
 from grpo_lightning.rollout.seeding import group_seeds
+from grpo_lightning.rollout.weight_sync import WeightSync
 
-EngineFactory = Callable[[L.LightningModule], RolloutEngine]
+EngineFactory = Callable[[nn.Module], RolloutEngine]
 
 
-class RolloutCallback(L.Callback):
+class RolloutGenerator:
+    """Generates and scores the completions of each training step (synchronously).
+
+    ``engine`` is an engine, or a factory ``policy -> engine`` called once by :meth:`setup`
+    (the module's ``setup``), so an engine can be built around the policy the module trains.
+    ``weight_sync`` keeps an engine with weights of its own (one with ``load_weights``) equal
+    to the policy; such an engine gets a default :class:`WeightSync` if none is given, so it
+    can never sample from stale weights by omission.
+    """
+
     def __init__(
         self,
         engine: RolloutEngine | EngineFactory,
@@ -32,11 +44,12 @@ class RolloutCallback(L.Callback):
         sampling: SamplingSettings,
         seed: int = 0,
         formatter: Callable[[str], list[int]] | None = None,
+        weight_sync: WeightSync | None = None,
     ):
         if num_generations < 2:
             raise ValueError(f"num_generations={num_generations} must be >= 2 (GRPO compares within a group)")
         self._engine_or_factory = engine
-        self.engine: RolloutEngine | None = None
+        self.engine: RolloutEngine | None = engine if isinstance(engine, RolloutEngine) else None
         self.tokenizer = tokenizer
         self.scorer = scorer
         self.num_generations = num_generations
@@ -45,13 +58,24 @@ class RolloutCallback(L.Callback):
         # Prompt text -> ids (chat template, system prompt): data.prompting.PromptFormatter.
         self.formatter = formatter
         self._prompt_ids: dict[str, list[int]] = {}
-        self.last_rollout: RolloutBatch | None = None
+        self._weight_sync = weight_sync
 
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+    # ----------------------------------------------------------------------- set-up
+    def setup(self, policy: nn.Module) -> None:
+        """Build the engine from its factory (once)."""
         if self.engine is None:
-            source = self._engine_or_factory
-            self.engine = source if isinstance(source, RolloutEngine) else source(pl_module)
+            self.engine = self._engine_or_factory(policy)
 
+    @property
+    def weight_sync(self) -> WeightSync | None:
+        """The sync of an engine with its own weights; None for engines that use the policy itself."""
+        if self.engine is None or not hasattr(self.engine, "load_weights"):
+            return None
+        if self._weight_sync is None:
+            self._weight_sync = WeightSync()
+        return self._weight_sync
+
+    # ----------------------------------------------------------------------- generation
     def tokenize_prompt(self, prompt: str) -> list[int]:
         """Token ids of a prompt, cached: the same prompt is tokenized once per run."""
         if prompt not in self._prompt_ids:
@@ -61,8 +85,14 @@ class RolloutCallback(L.Callback):
                 self._prompt_ids[prompt] = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
         return self._prompt_ids[prompt]
 
-    def make_rollout(self, records: list[dict], step: int, rank: int) -> RolloutBatch:
-        """Generate and score G completions for each record; the unit tests call this directly."""
+    def rollout_for_step(self, batch, step: int, rank: int) -> RolloutBatch:
+        """The scored generation batch of training step ``step`` from the loader's ``batch``."""
+        return self.generate(current_records(batch), step, rank)
+
+    def generate(self, records: list[dict], step: int, rank: int) -> RolloutBatch:
+        """Generate and score G completions for each record."""
+        if self.engine is None:
+            raise RuntimeError("RolloutGenerator has no engine yet: call setup(policy) (GRPOModule.setup does)")
         start = time.perf_counter()
         requests = self.build_requests(records, step, rank)
         completions = self.engine.generate(requests, self.sampling)
@@ -92,7 +122,7 @@ class RolloutCallback(L.Callback):
         fields = {key: [record.get(key) for record in expanded] for key in records[0] if key != "prompt"}
         rewards, components = self.scorer(prompts, texts, fields)
         num_tokens = int(completion_mask.sum())
-        self.timing = {
+        timing = {
             "rollout/seconds": generation_seconds,
             "rollout/tokens_per_s": num_tokens / max(generation_seconds, 1e-9),
             "rollout/reward_seconds": time.perf_counter() - start,
@@ -112,13 +142,18 @@ class RolloutCallback(L.Callback):
             engine_logprobs=logprobs,
             prompts=prompts,
             completions=texts,
+            timing=timing,
         )
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
-        # The count of generation batches, not global_step: a skipped optimizer step must not
-        # repeat the previous step's seeds. Lightning restores it on resume.
-        step = trainer.fit_loop.total_batch_idx
-        rollout = self.make_rollout(current_records(batch), step=step, rank=trainer.global_rank)
-        self.last_rollout = rollout
-        pl_module.receive_rollout(rollout)
-        pl_module.log_dict(self.timing, on_step=True, on_epoch=False, batch_size=rollout.num_sequences)
+    # ----------------------------------------------------------------------- weights
+    def sync_weights(self, module, step: int, probe: RolloutBatch | None = None, force: bool = False) -> dict[str, float]:
+        """Push the policy's weights into an engine that has its own (due every ``sync_every``
+        steps, or now with ``force``); returns the metrics to log (empty when nothing ran)."""
+        sync = self.weight_sync
+        if sync is None or not (force or sync.due(step)):
+            return {}
+        return sync.sync(module, self.engine, step, probe, self.tokenizer)
+
+    def close(self) -> None:
+        """End of training or an exception: nothing in flight in synchronous generation."""
+

@@ -1,14 +1,14 @@
-"""``AsyncRolloutCallback``: generate the next batches in the background while the module trains.
+"""``AsyncRolloutGenerator``: generate the next batches in the background while the module trains.
 
-At step t the callback queues the generation of step t + k (k = ``max_staleness``, prompts
+At step t the generator queues the generation of step t + k (k = ``max_staleness``, prompts
 from the :class:`~grpo_lightning.data.lookahead.PromptWindow`) on the engine's worker thread,
-then takes step t's batch, queued k steps earlier, and hands it to the module. The engine
-runs every call in submission order, so the weight sync at the end of step t runs after
-the generation queued at its start: the batch of step t + k is sampled with the weights of
-step t, exactly k optimizer steps stale, on every run. Same staleness, same samples.
+then takes step t's batch, queued k steps earlier. The engine runs every call in submission
+order, so the weight sync at the end of step t runs after the generation queued at its
+start: the batch of step t + k is sampled with the weights of step t, exactly k optimizer
+steps stale, on every run. Same staleness, same samples.
 
 F1 (identical completions in async generation) cannot come from here: requests are built by
-:meth:`RolloutCallback.build_requests` with the seeds of the step each batch is *for*, the
+:meth:`RolloutGenerator.build_requests` with the seeds of the step each batch is *for*, the
 same derivation as in sync mode, never one fixed seed.
 """
 
@@ -18,16 +18,17 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-import lightning as L
+from torch import nn
 
-from grpo_lightning.callbacks.rollout import RolloutCallback
 from grpo_lightning.data.lookahead import PromptWindow
-from grpo_lightning.rollout import GenerationRequest
+from grpo_lightning.rollout.batch import RolloutBatch
+from grpo_lightning.rollout.engine import GenerationRequest
+from grpo_lightning.rollout.generator import RolloutGenerator
 
 
 @dataclass
 class PendingGeneration:
-    """A generation batch queued on the engine and not yet handed to the module."""
+    """A generation batch queued on the engine and not yet trained on."""
 
     records: list[dict]
     requests: list[GenerationRequest]
@@ -35,8 +36,8 @@ class PendingGeneration:
     submitted_at_step: int
 
 
-class AsyncRolloutCallback(RolloutCallback):
-    """A :class:`RolloutCallback` whose engine works ``max_staleness`` steps ahead of training."""
+class AsyncRolloutGenerator(RolloutGenerator):
+    """A :class:`RolloutGenerator` whose engine works ``max_staleness`` steps ahead of training."""
 
     def __init__(self, *args, max_staleness: int = 1, **kwargs):
         super().__init__(*args, **kwargs)
@@ -45,8 +46,8 @@ class AsyncRolloutCallback(RolloutCallback):
         self.max_staleness = max_staleness
         self.pending: dict[int, PendingGeneration] = {}
 
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        super().setup(trainer, pl_module, stage)
+    def setup(self, policy: nn.Module) -> None:
+        super().setup(policy)
         if not hasattr(self.engine, "generate_async"):
             raise TypeError(
                 f"rollout.mode=async needs an engine with generate_async (VLLMEngine); "
@@ -61,13 +62,12 @@ class AsyncRolloutCallback(RolloutCallback):
         future = self.engine.generate_async(requests, self.sampling)
         self.pending[step] = PendingGeneration(records, requests, future, submitted_at_step=now)
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
+    def rollout_for_step(self, batch, step: int, rank: int) -> RolloutBatch:
         if not isinstance(batch, PromptWindow):
             raise TypeError(
                 "rollout.mode=async needs batches that carry the next steps' prompts: build the "
                 "PromptDataModule with lookahead=rollout.max_staleness (build_run does)"
             )
-        step, rank = trainer.fit_loop.total_batch_idx, trainer.global_rank
         self.submit(batch.current, step, rank, now=step)  # only the first steps (or after a resume)
         for offset, records in enumerate(batch.ahead[: self.max_staleness], start=1):
             self.submit(records, step + offset, rank, now=step)
@@ -77,20 +77,12 @@ class AsyncRolloutCallback(RolloutCallback):
         wait_seconds = time.perf_counter() - wait_start
         generation_seconds = getattr(pending.future, "timing", {}).get("seconds", wait_seconds)
         rollout = self.assemble(pending.records, pending.requests, completions, step, generation_seconds)
-        self.timing["rollout/wait_seconds"] = wait_seconds
-        self.timing["rollout/staleness"] = float(step - pending.submitted_at_step)
-        self.last_rollout = rollout
-        pl_module.receive_rollout(rollout)
-        pl_module.log_dict(self.timing, on_step=True, on_epoch=False, batch_size=rollout.num_sequences)
+        rollout.timing["rollout/wait_seconds"] = wait_seconds
+        rollout.timing["rollout/staleness"] = float(step - pending.submitted_at_step)
+        return rollout
 
-    def drain(self) -> None:
+    def close(self) -> None:
         """Wait for queued generations and drop them (end of training, or an exception)."""
         for pending in self.pending.values():
             pending.future.exception()  # waits; an error here is not this run's to raise
         self.pending.clear()
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.drain()
-
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        self.drain()

@@ -1,0 +1,145 @@
+"""The GRPO objective of one micro-batch, from the policy's log-probs to the loss terms.
+
+``loss = aggregate(policy_loss x w) + beta x aggregate(KL)`` where ``policy_loss`` is the
+registered loss named by ``algorithm.policy_loss``, ``w`` the truncated importance weight
+pi_old / pi_engine (only with ``algorithm.is_level`` != none), and both terms are aggregated
+with the same mode (``algorithm.loss_agg``) and the same normalizer of the whole
+generation batch (F5). A sequence with a non-finite log-prob (policy, reference or old) is
+dropped from both terms; its rows never produce a gradient (F3).
+
+Pure tensor math: no Lightning, no I/O. The module feeds it micro-batches and back-propagates
+``LossTerms.loss``; the health monitor reads the other fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from grpo_lightning.algorithm.aggregation import aggregate
+from grpo_lightning.algorithm.importance import ImportanceWeights, truncated_importance_weights
+from grpo_lightning.algorithm.kl import kl_estimate
+from grpo_lightning.algorithm.logprobs import TokenLogProbs
+from grpo_lightning.algorithm.policy_loss import POLICY_LOSSES, PolicyLossInputs
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """Rows of the generation batch that go through one forward/backward.
+
+    Columns that are padding in every row are trimmed: the prompt's leading ones and the
+    completion's trailing ones.
+    """
+
+    rows: slice  # into the generation batch
+    input_ids: torch.Tensor  # [b, prompt_width + num_cols]
+    attention_mask: torch.Tensor  # [b, prompt_width + num_cols]
+    prompt_width: int  # prompt columns kept; completions start here
+    completion_mask: torch.Tensor  # [b, num_cols] bool, sampled tokens (EOS included)
+    engine_logprobs: torch.Tensor | None  # [b, num_cols], the sampler's log-probs (vLLM)
+
+    @property
+    def num_cols(self) -> int:
+        return self.completion_mask.shape[1]
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    """Everything computed once per generation batch, before the first backward."""
+
+    micro_batches: list[MicroBatch]
+    advantages: torch.Tensor  # [N] float32, from the registered advantage estimator
+    normalizer: torch.Tensor  # scalar: the loss_agg denominator of the whole batch, all ranks
+    max_new_tokens: int  # the horizon of seq_mean_token_sum_norm
+    reference: TokenLogProbs | None  # [N, C] without gradient, when beta > 0
+    old: TokenLogProbs | None  # [N, C] without gradient, when num_iterations > 1
+
+
+@dataclass(frozen=True)
+class AggregationRecord:
+    """How one loss term was reduced to a scalar: the mode and the normalizer it divided by."""
+
+    mode: str
+    normalizer: float | torch.Tensor
+
+
+@dataclass(frozen=True)
+class LossTerms:
+    """One micro-batch's loss and the per-term values the health monitor reads."""
+
+    loss: torch.Tensor  # scalar with gradient: policy + beta x kl
+    policy: torch.Tensor  # scalar, the aggregated policy term
+    kl: torch.Tensor  # scalar, the aggregated KL term (0 without a reference)
+    aggregation: dict[str, AggregationRecord]  # per term, as aggregated (the F5 check reads it)
+    kept: torch.Tensor  # [b] bool: sequences in the loss (all their log-probs finite)
+    token_mask: torch.Tensor  # [b, num_cols] float: tokens in the loss
+    seq_logp: torch.Tensor  # [b] summed policy log-prob per sequence, NaN where dropped (F1)
+    kl_sum: torch.Tensor  # sum of the per-token KL over kept tokens (detached)
+    entropy_sum: torch.Tensor  # sum of the per-token entropy over kept tokens (detached)
+    clip_low_sum: torch.Tensor  # tokens whose ratio the lower clip bounded
+    clip_high_sum: torch.Tensor  # tokens whose ratio the upper clip bounded
+    importance: ImportanceWeights | None  # engine/trainer mismatch, when the rollout has engine log-probs
+
+
+def _frozen_slice(frozen: TokenLogProbs | None, mb: MicroBatch) -> TokenLogProbs | None:
+    if frozen is None:
+        return None
+    return TokenLogProbs(frozen.logp[mb.rows, : mb.num_cols], None, frozen.finite[mb.rows, : mb.num_cols])
+
+
+def aggregate_term(
+    name: str, per_token: torch.Tensor, token_mask: torch.Tensor, prepared: PreparedBatch, cfg: Any
+) -> tuple[torch.Tensor, AggregationRecord]:
+    """Aggregate the loss term ``name`` with ``cfg.loss_agg`` and the batch's global normalizer,
+    and say so: every term goes through here, so every term is reduced alike (F5)."""
+    value = aggregate(per_token, token_mask, cfg.loss_agg, prepared.normalizer, prepared.max_new_tokens)
+    return value, AggregationRecord(cfg.loss_agg, prepared.normalizer)
+
+
+def micro_batch_loss(policy: TokenLogProbs, mb: MicroBatch, prepared: PreparedBatch, cfg: Any) -> LossTerms:
+    """The loss terms of ``mb`` given the policy's log-probs of its completions (see module doc)."""
+    mask = mb.completion_mask
+    reference, old = _frozen_slice(prepared.reference, mb), _frozen_slice(prepared.old, mb)
+    finite = policy.finite
+    for frozen in (reference, old):
+        if frozen is not None:
+            finite = finite & frozen.finite
+    kept = (finite | ~mask).all(dim=1)
+    token_mask = (mask & kept[:, None]).float()
+    old_logp = old.logp if old is not None else policy.logp.detach()
+    out = POLICY_LOSSES[cfg.policy_loss].fn(
+        PolicyLossInputs(policy.logp, old_logp, prepared.advantages[mb.rows], token_mask), cfg
+    )
+    per_token, importance = out.loss, None
+    if mb.engine_logprobs is not None:
+        # Only the policy term is weighted (the KL term is added after), as TRL and verl do.
+        importance = truncated_importance_weights(old_logp, mb.engine_logprobs, token_mask, cfg.is_level, cfg.is_cap)
+        if cfg.is_level != "none":
+            per_token = per_token * importance.weights
+
+    aggregation = {}
+    policy_term, aggregation["policy"] = aggregate_term("policy", per_token, token_mask, prepared, cfg)
+    kl_term = kl_sum = torch.zeros((), device=per_token.device)
+    loss = policy_term
+    if reference is not None:
+        kl = kl_estimate(policy.logp, reference.logp, cfg.kl_estimator)
+        kl_term, aggregation["kl"] = aggregate_term("kl", kl, token_mask, prepared, cfg)
+        loss = loss + cfg.beta * kl_term
+        kl_sum = (kl.detach() * token_mask).sum()
+    entropy = policy.entropy if policy.entropy is not None else torch.zeros_like(token_mask)
+    return LossTerms(
+        loss=loss,
+        policy=policy_term,
+        kl=kl_term,
+        aggregation=aggregation,
+        kept=kept,
+        token_mask=token_mask,
+        seq_logp=torch.where(kept, (policy.logp.detach() * mask).sum(dim=1), torch.nan),
+        kl_sum=kl_sum,
+        entropy_sum=(entropy.detach() * token_mask).sum(),
+        clip_low_sum=(out.clipped_low.float() * token_mask).sum(),
+        clip_high_sum=(out.clipped_high.float() * token_mask).sum(),
+        importance=importance,
+    )
