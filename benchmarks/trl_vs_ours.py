@@ -154,14 +154,14 @@ def run_ours(setting: str, model_dir: str | None, checkpointing: bool) -> dict:
             self.start = time.perf_counter()
 
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-            rollout = run.rollout.last_rollout
+            rollout = module.last_step.rollout
             steps.append({
                 "seconds": time.perf_counter() - self.start,
-                "generate": run.rollout.timing["rollout/seconds"],
+                "generate": rollout.timing["rollout/seconds"],
                 "tokens": float(rollout.completion_mask.sum()),
             })
 
-    run.callbacks.insert(0, StepTimes())  # first, so its clock starts before the rollout
+    run.callbacks.insert(0, StepTimes())  # its clock starts before training_step generates
     run.trainer(cfg, enable_progress_bar=False, limit_val_batches=0).fit(run.module, datamodule=run.datamodule)
     return {"steps": steps}
 

@@ -4,7 +4,7 @@ Trains ``--model`` (default ``smollm2_135m``: SmolLM2-135M-Instruct, converted o
 ``~/.cache/grpo_lightning``) with ``rollout.engine=vllm`` in process, on the SmolLM2 setting
 of the TRL comparison (``trl_vs_ours.our_config``: 4 prompts x 8 generations x 64 tokens,
 beta 0.04, gradient checkpointing, one thread), and reports per step, from step ``--skip`` on: the wall time of the whole
-step (rollout, optimization, sync) and the seconds the ``WeightSyncCallback`` spent pushing
+step (rollout, optimization, sync) and the seconds the generator's ``WeightSync`` spent pushing
 the policy's weights into the engine. The baseline is our own step: the share is
 sync / step. ``verify_sync`` is on, so each sync is also checked (the engine's log-probs of
 a probe sequence against the policy's; the largest difference is reported) outside the
@@ -25,30 +25,37 @@ import lightning as L
 import torch
 
 from grpo_lightning.build import build_run
-from grpo_lightning.callbacks import WeightSyncCallback
+from grpo_lightning.rollout import WeightSync
 from trl_vs_ours import our_config  # the TRL comparison's SmolLM2 setting
 
 
 class SyncTimes(L.Callback):
-    """Step wall time (first hook to last) and the sync seconds of that step.
+    """Step wall time and the sync seconds of that step.
 
-    Registered right after the sync callback and before all others (the rollout callback
-    among them), so that its clock spans generation, the optimizer step and the weight push.
+    The module pushes the weights in its own ``on_train_batch_end``, after every callback's,
+    so a step is timed from one ``on_train_batch_start`` to the next (and to ``on_train_end``
+    for the last): the clock spans generation, the optimizer step and the weight push.
     """
 
-    def __init__(self, sync: WeightSyncCallback):
-        self.sync, self.steps = sync, []
+    def __init__(self, sync: WeightSync):
+        self.sync, self.steps, self.start = sync, [], None
 
-    def on_train_batch_start(self, trainer, module, batch, batch_idx):
-        self.start, self.syncs = time.perf_counter(), self.sync.num_syncs
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+    def _close_step(self) -> None:
+        if self.start is None:
+            return
         synced = self.sync.num_syncs > self.syncs
         self.steps.append({
             "seconds": time.perf_counter() - self.start,
             "sync_seconds": self.sync.last_sync_seconds if synced else 0.0,
             "probe_diff": self.sync.last_probe_diff if synced else None,
         })
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self._close_step()
+        self.start, self.syncs = time.perf_counter(), self.sync.num_syncs
+
+    def on_train_end(self, trainer, module):
+        self._close_step()
 
 
 def main() -> None:
@@ -63,12 +70,9 @@ def main() -> None:
     cfg = our_config("smollm2", args.model, checkpointing=True, steps=args.steps)
     cfg.rollout.engine, cfg.rollout.vllm.verify_sync = "vllm", True
     run = build_run(cfg)
-    sync = next(c for c in run.callbacks if isinstance(c, WeightSyncCallback))
-    timer = SyncTimes(sync)
-    # The sync callback only acts at batch end: first in the list, its push ends before the
-    # timer's clock stops, and the timer's clock starts before the rollout callback generates.
-    callbacks = [sync, timer, *(c for c in run.callbacks if c is not sync)]
-    run.trainer(cfg, callbacks=callbacks, enable_progress_bar=False, limit_val_batches=0).fit(
+    run.module.rollout.setup(run.module.policy)  # builds the engine, so its weight sync exists
+    timer = SyncTimes(run.module.rollout.weight_sync)
+    run.trainer(cfg, callbacks=[timer, *run.callbacks], enable_progress_bar=False, limit_val_batches=0).fit(
         run.module, datamodule=run.datamodule
     )
     measured = timer.steps[args.skip :]
