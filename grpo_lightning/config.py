@@ -1,6 +1,6 @@
 """Structured configs: every field has a default and help text, and ``validate`` checks them all.
 
-Hydra composes ``conf/`` on top of these dataclasses (type-checked), then
+Hydra composes ``grpo_lightning/conf/`` on top of these dataclasses (type-checked), then
 :func:`validate_config` rejects invalid values before any model is loaded, naming the
 field and the values it allows.
 """

@@ -16,10 +16,11 @@ from omegaconf import DictConfig, OmegaConf
 from grpo_lightning.build import build_run, fit
 from grpo_lightning.config import ConfigError, TrainConfig
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+# The configs ship inside the package (grpo_lightning/conf), so an installed wheel has them too.
+CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 # The schema Hydra composes onto. Its task.rewards is empty: Hydra merges dicts, so a default
-# there would leak the arithmetic rewards into every task group (each conf/task/*.yaml names its own).
+# there would leak the arithmetic rewards into every task group (each grpo_lightning/conf/task/*.yaml names its own).
 _SCHEMA = TrainConfig()
 _SCHEMA.task.rewards = {}
 ConfigStore.instance().store(name="train_schema", node=_SCHEMA)

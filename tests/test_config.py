@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import grpo_lightning.train  # noqa: F401  (registers the schema)
 from grpo_lightning import build
 from grpo_lightning.config import ConfigError, TrainConfig, validate_config
+from grpo_lightning.train import CONF_DIR  # importing train registers the schema
 
-CONF = str(Path(__file__).resolve().parent.parent / "conf")
+CONF = str(CONF_DIR)
 
 
 def compose_config(*overrides) -> TrainConfig:
