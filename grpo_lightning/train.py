@@ -1,4 +1,4 @@
-"""The Hydra entry point: ``python -m grpo_lightning.train key=value ...``.
+"""The Hydra entry point: ``grpo-lightning key=value ...``, or ``python -m grpo_lightning.train key=value ...``.
 
 Thin on purpose: compose and type-check the config, validate it before any model loads,
 build the run (``build.build_run``), fit.
