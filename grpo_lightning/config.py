@@ -253,7 +253,7 @@ class TrainConfig:
     algorithm: AlgorithmConfig = _f(AlgorithmConfig(), "The GRPO objective and optimizer.")
     trainer: TrainerConfig = _f(TrainerConfig(), "The Lightning Trainer.")
     logger: LoggerConfig = _f(LoggerConfig(), "Metrics logging.")
-    health: HealthConfig = _f(HealthConfig(), "The health monitor: one check per failure (F1-F5), each with thresholds, patience and an action.")
+    health: HealthConfig = _f(HealthConfig(), "The health monitor: one check per failure (F1-F5, described in docs/failure_modes.md), each with thresholds, patience and an action.")
     eval: EvalConfig = _f(EvalConfig(), "Held-out evaluation: val/accuracy (greedy) and val/pass@k.")
 
 
