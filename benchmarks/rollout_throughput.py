@@ -8,7 +8,7 @@ Baselines, all on the same machine and the same policy (tiny in-code Llama, floa
    ``--repeats`` batches, the two engines interleaved so machine load hits both alike;
 2. the vLLM engine's start time (folder written, ``LLM`` built) and the seconds of one
    in-memory weight sync (``reload_weights`` + prefix-cache reset);
-3. the training step time on the default task (``conf/`` defaults, rollout.engine=vllm) in
+3. the training step time on the default task (``grpo_lightning/conf`` defaults, rollout.engine=vllm) in
    sync mode vs async mode (one step stale), measured from step ``--skip`` on so the engine
    start and the first steps are not counted; ``--rounds`` runs of each mode, alternated.
 

@@ -1,6 +1,6 @@
 """Structured configs: every field has a default and help text, and ``validate`` checks them all.
 
-Hydra composes ``conf/`` on top of these dataclasses (type-checked), then
+Hydra composes ``grpo_lightning/conf/`` on top of these dataclasses (type-checked), then
 :func:`validate_config` rejects invalid values before any model is loaded, naming the
 field and the values it allows.
 """
@@ -262,7 +262,7 @@ class TrainConfig:
     algorithm: AlgorithmConfig = _f(AlgorithmConfig(), "The GRPO objective and optimizer.")
     trainer: TrainerConfig = _f(TrainerConfig(), "The Lightning Trainer.")
     logger: LoggerConfig = _f(LoggerConfig(), "Metrics logging.")
-    health: HealthConfig = _f(HealthConfig(), "The health monitor: one check per failure (F1-F5), each with thresholds, patience and an action.")
+    health: HealthConfig = _f(HealthConfig(), "The health monitor: one check per failure (F1-F5, described in docs/failure_modes.md), each with thresholds, patience and an action.")
     eval: EvalConfig = _f(EvalConfig(), "Held-out evaluation: val/accuracy (greedy) and val/pass@k.")
 
 

@@ -1,4 +1,4 @@
-"""The Hydra entry point: ``python -m grpo_lightning.train key=value ...``.
+"""The Hydra entry point: ``grpo-lightning key=value ...``, or ``python -m grpo_lightning.train key=value ...``.
 
 Thin on purpose: compose and type-check the config, validate it before any model loads,
 build the run (``build.build_run``), fit.
@@ -14,14 +14,26 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_lightning.build import build_run, fit
-from grpo_lightning.config import ConfigError, TrainConfig
+from grpo_lightning.config import ConfigError, TaskConfig, TrainConfig
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+# The configs ship inside the package (grpo_lightning/conf), so an installed wheel has them too.
+CONF_DIR = Path(__file__).resolve().parent / "conf"
 
-# The schema Hydra composes onto. Its task.rewards is empty: Hydra merges dicts, so a default
-# there would leak the arithmetic rewards into every task group (each conf/task/*.yaml names its own).
-_SCHEMA = TrainConfig()
-_SCHEMA.task.rewards = {}
+# The schema Hydra composes onto: the dataclass defaults, except that task.rewards is empty and
+# every conf/task/*.yaml names its own rewards. This is still needed:
+# - Hydra merges dicts key-wise and a config file cannot replace or delete one (Hydra issue
+#   #1896): a task file's rewards merged onto the arithmetic default would keep the arithmetic
+#   rewards too, a `???` value merged onto a dict is skipped, and `~task.rewards` is a
+#   command-line override that a schema field refuses ("does not support deletion").
+# - TaskConfig keeps the arithmetic rewards as its default because TrainConfig() in Python is the
+#   arithmetic task and must run as it is (README, notebook). Filling an empty default from the
+#   task instead would hide the rewards from --cfg job and the logged config, or list every
+#   task's rewards twice (in code and in its YAML file).
+# So conf/task/arithmetic.yaml names the same rewards as TaskConfig's default (tests/test_config.py
+# checks that the composed default equals TrainConfig()), and CLI overrides keep merging key-wise:
+# task.rewards.x=w changes a weight, +task.rewards.x=w or +task.rewards={x:w} adds one,
+# ~task.rewards.x removes one (tests/test_tasks.py).
+_SCHEMA = TrainConfig(task=TaskConfig(rewards={}))
 ConfigStore.instance().store(name="train_schema", node=_SCHEMA)
 
 

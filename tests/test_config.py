@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import grpo_lightning.train  # noqa: F401  (registers the schema)
 from grpo_lightning import build
 from grpo_lightning.config import ConfigError, TrainConfig, validate_config
+from grpo_lightning.train import _SCHEMA, CONF_DIR  # importing train registers the schema
 
-CONF = str(Path(__file__).resolve().parent.parent / "conf")
+CONF = str(CONF_DIR)
 
 
 def compose_config(*overrides) -> TrainConfig:
@@ -35,11 +34,48 @@ def test_every_config_field_has_help_text():
     walk(TrainConfig)
 
 
-def test_composed_default_config_is_valid_and_matches_the_schema_defaults():
+def test_composed_default_config_is_valid_and_equals_the_dataclass_defaults():
     cfg = compose_config()
     validate_config(cfg)
-    assert cfg.algorithm.loss_agg == TrainConfig().algorithm.loss_agg
+    cfg.trainer.output_dir = TrainConfig().trainer.output_dir  # the CLI's run folder
+    assert cfg == TrainConfig()
     assert compose_config("algorithm=dr_grpo").algorithm.advantage_scale == "none"
+
+
+GROUP_OPTIONS = sorted(p.relative_to(CONF_DIR).with_suffix("").as_posix() for p in CONF_DIR.glob("*/*.yaml"))
+
+
+def repeated_values(option: dict, base: dict, prefix: str):
+    """Keys of ``option`` whose value equals what it is merged onto (dicts merge key-wise, so recurse;
+    an empty dict merges as nothing)."""
+    for key, value in option.items():
+        if key not in base:
+            continue
+        if isinstance(value, dict) and isinstance(base[key], dict) and value:
+            yield from repeated_values(value, base[key], f"{prefix}.{key}")
+        elif value == base[key]:
+            yield f"{prefix}.{key}={value!r}"
+
+
+@pytest.mark.parametrize("option", GROUP_OPTIONS)
+def test_a_group_option_holds_only_what_differs_from_the_defaults(option):
+    """One source of truth: defaults live in grpo_lightning/config.py, never repeated in a YAML file.
+
+    An option is merged onto the schema (the dataclass defaults), or onto the options of its own
+    group that its defaults list names first (dapo.yaml starts from grpo.yaml).
+    """
+    assert len(GROUP_OPTIONS) >= 15
+    group = option.split("/")[0]
+    raw = OmegaConf.to_container(OmegaConf.load(CONF_DIR / f"{option}.yaml"), resolve=False)
+    parents = [d for d in raw.pop("defaults", []) if d != "_self_"]
+    assert len(parents) <= 1, parents
+    if parents:
+        with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+            base = compose("train", overrides=[f"{group}={parents[0]}"])[group]
+    else:
+        base = OmegaConf.structured(_SCHEMA)[group]
+    repeated = list(repeated_values(raw, OmegaConf.to_container(base, resolve=False), group))
+    assert not repeated, f"{option}.yaml repeats defaults of grpo_lightning/config.py: {repeated}"
 
 
 @pytest.mark.parametrize(

@@ -98,13 +98,53 @@ def test_config_rejects_bad_task_and_eval_fields():
 )
 def test_each_task_group_composes_with_exactly_its_own_rewards(task, rewards, correctness):
     """Hydra merges dicts: no default reward may leak from the schema into another task."""
+    cfg = compose_train(f"task={task}")
+    assert cfg.task.name == task
+    assert cfg.task.rewards == rewards
+    assert cfg.task.correctness_reward == correctness
+    validate_config(cfg)
+
+
+def compose_train(*overrides: str) -> TrainConfig:
     from hydra import compose, initialize_config_dir
 
     from grpo_lightning.train import CONF_DIR, to_train_config
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = to_train_config(compose(config_name="train", overrides=[f"task={task}", "trainer.output_dir=out"]))
-    assert cfg.task.name == task
-    assert cfg.task.rewards == rewards
-    assert cfg.task.correctness_reward == correctness
-    validate_config(cfg)
+        return to_train_config(compose(config_name="train", overrides=["trainer.output_dir=out", *overrides]))
+
+
+ARITHMETIC = {"arithmetic_exact": 0.5, "arithmetic_close": 0.5}
+GSM = {"gsm_exact": 1.0, "answer_format": 0.2, "length_penalty": 0.2}
+
+
+@pytest.mark.parametrize(
+    "overrides, rewards",
+    [
+        (["+task.rewards={gsm_exact:1.0}"], {**ARITHMETIC, "gsm_exact": 1.0}),
+        (["+task.rewards.answer_format=0.1"], {**ARITHMETIC, "answer_format": 0.1}),
+        (["task.rewards.arithmetic_exact=0.7"], {**ARITHMETIC, "arithmetic_exact": 0.7}),
+        (["task=gsm", "task.rewards={gsm_exact:2.0}"], {**GSM, "gsm_exact": 2.0}),
+        (["task=gsm", "~task.rewards.length_penalty"], {"gsm_exact": 1.0, "answer_format": 0.2}),
+    ],
+)
+def test_reward_overrides_merge_into_the_tasks_own_rewards(overrides, rewards):
+    """On the command line a rewards dict extends or re-weights the task's rewards; ~ removes one."""
+    assert compose_train(*overrides).task.rewards == rewards
+
+
+@pytest.mark.slow
+def test_cli_config_of_a_task_shows_only_its_own_rewards(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from omegaconf import OmegaConf
+
+    result = subprocess.run(
+        [sys.executable, "-m", "grpo_lightning.train", "task=reasoning_gym", "--cfg", "job"],
+        cwd=tmp_path, env=os.environ, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    shown = OmegaConf.create(result.stdout)
+    assert OmegaConf.to_container(shown.task.rewards) == {"reasoning_gym": 1.0, "answer_format": 0.2, "length_penalty": 0.2}

@@ -23,7 +23,7 @@ class RewardLog(L.Callback):
 
 
 def train_default_task(engine_kind: str, engine=None) -> list[float]:
-    """The default config (conf/ defaults: tiny model, sums, GRPO), STEPS steps, seed 0."""
+    """The default config (grpo_lightning/conf defaults: tiny model, sums, GRPO), STEPS steps, seed 0."""
     cfg = TrainConfig()
     cfg.logger.kind = "none"
     cfg.trainer.max_steps = STEPS

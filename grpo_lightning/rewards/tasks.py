@@ -1,7 +1,7 @@
 """Rewards of the real tasks: correctness (reasoning-gym, GSM), answer format, length penalty.
 
 Each is a registered reward function ``(prompts, completions, **record_fields)``; a task
-names the ones it uses, with weights, in ``task.rewards`` (conf/task/*.yaml).
+names the ones it uses, with weights, in ``task.rewards`` (grpo_lightning/conf/task/*.yaml).
 """
 
 from __future__ import annotations
