@@ -1,4 +1,4 @@
-"""Health checks that diagnose the failures of ``FAILURE_MODES.md`` (F1-F5) while a run trains.
+"""Health checks that diagnose the failures F1-F5 (docs/failure_modes.md) while a run trains.
 
 Each check reads one step (:class:`StepView`), returns sums that the monitor adds over
 ranks, and turns the totals into metrics and, when the step looks wrong, a ``Finding``.
