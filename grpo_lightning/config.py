@@ -42,6 +42,19 @@ class TinyModelConfig:
     init_seed: int = _f(0, "Seed of the tiny model's random initialisation.")
 
 
+MODEL_DTYPES = ("float32", "bfloat16", "float16", "auto")
+STRATEGIES = ("auto", "ddp", "fsdp", "deepspeed")
+
+
+@dataclass
+class LoraModelConfig:
+    rank: int = _f(0, "LoRA rank r of the adapters (peft); 0 turns LoRA off and trains every weight.")
+    alpha: float = _f(32.0, "LoRA alpha: the adapters' update is scaled by alpha / rank.")
+    dropout: float = _f(0.0, "Dropout on the adapters' input, in [0, 1).")
+    target_modules: list[str] = _f([], "Module names that get adapters (e.g. [q_proj, v_proj]); empty: the attention and MLP projections of the architecture (peft's table for known ones, else every nn.Linear but the output head).")
+    config_file: Optional[str] = _f(None, "A PEFT LoRA config (an adapter_config.json, or a folder holding one) used instead of rank / alpha / dropout / target_modules.")
+
+
 @dataclass
 class ModelConfig:
     name_or_path: str = _f(
@@ -51,6 +64,8 @@ class ModelConfig:
     )
     gradient_checkpointing: bool = _f(False, "Recompute the policy's activations in the backward: about a third more compute for far less memory (TRL turns it on by default).")
     tiny: TinyModelConfig = _f(TinyModelConfig(), "Shape of the in-code tiny model (name_or_path=tiny).")
+    dtype: str = _f("float32", f"Dtype the weights load in, one of {MODEL_DTYPES} (auto: the checkpoint's own; float32 for the tiny model). The reference model and the optimizer state follow it (AdamW keeps its moments in the weights' dtype); LoRA adapters stay float32. Log-probs are float32 whatever it is.")
+    lora: LoraModelConfig = _f(LoraModelConfig(), "LoRA adapters (peft): with rank > 0 only the adapters train, and the reference (beta > 0) is the same base model with the adapters switched off.")
 
 
 @dataclass
@@ -133,7 +148,9 @@ class TrainerConfig:
     seed: int = _f(0, "Run seed: model init order, data order and every sampling seed derive from it.")
     accelerator: str = _f("cpu", "Lightning accelerator: cpu, gpu, auto.")
     devices: int = _f(1, "Number of devices (processes) to train on.")
-    precision: str = _f("32-true", "Lightning precision, e.g. 32-true or bf16-mixed.")
+    precision: str = _f("32-true", "Lightning precision, e.g. 32-true or bf16-mixed (float32 weights, bfloat16 compute); with model.dtype=bfloat16 use 32-true or bf16-true.")
+    strategy: str = _f("auto", f"Lightning strategy, one of {STRATEGIES}: ddp keeps a full replica per device; fsdp shards weights, gradients and optimizer state (decoder layers wrapped; GPUs only); deepspeed needs the deepspeed package.")
+    num_nodes: int = _f(1, "Machines to train on (Lightning's num_nodes); devices is per machine.")
     num_threads: int = _f(1, "torch intra-op threads on CPU; 0 leaves torch's default.")
     log_every_n_steps: int = _f(1, "Log metrics every n steps.")
     output_dir: str = _f("outputs", "Where logs and checkpoints go (the Hydra run folder under the CLI).")
@@ -280,6 +297,47 @@ def _check(problems: list[str], ok: bool, message: str) -> None:
         problems.append(message)
 
 
+# Lightning precisions that cast the weights themselves (``*-true``) and the weights dtype they imply.
+_TRUE_PRECISIONS = {"bf16-true": "bfloat16", "16-true": "float16", "32-true": "float32", "32": "float32", "64-true": "float64"}
+_PRECISION_CHOICES = (
+    "the usual choices: model.dtype=float32 trainer.precision=bf16-mixed (float32 weights and AdamW "
+    "state, bfloat16 compute: the most robust, the most memory), or model.dtype=bfloat16 "
+    "trainer.precision=32-true (bfloat16 weights, gradients and AdamW state: half the memory; LoRA "
+    "adapters stay float32; full training with a small lr can lose updates below bfloat16's resolution)"
+)
+
+
+def _validate_model(problems: list[str], m: ModelConfig, t: TrainerConfig) -> None:
+    """model.dtype x trainer.precision, LoRA fields, strategy and nodes."""
+    _choice(problems, "model.dtype", m.dtype, MODEL_DTYPES)
+    _choice(problems, "trainer.strategy", t.strategy, STRATEGIES)
+    _check(problems, t.num_nodes >= 1, f"trainer.num_nodes={t.num_nodes} must be >= 1")
+    p = str(t.precision)
+    half_weights = m.dtype in ("bfloat16", "float16")
+    if half_weights and p.endswith("-mixed"):
+        problems.append(
+            f"model.dtype={m.dtype} with trainer.precision={p}: mixed precision autocasts float32 weights "
+            f"(and 16-mixed unscales float32 gradients); with {m.dtype} weights it has nothing to do. Pick one of "
+            + _PRECISION_CHOICES
+        )
+    implied = _TRUE_PRECISIONS.get(p)
+    if implied is not None and implied != "float32" and m.dtype != implied:
+        problems.append(
+            f"trainer.precision={p} casts the weights to {implied} itself while model.dtype={m.dtype}: set "
+            f"model.dtype={implied} (it loads in that dtype directly, without a float32 copy first), or pick one of "
+            + _PRECISION_CHOICES
+        )
+    lora = m.lora
+    _check(problems, lora.rank >= 0, f"model.lora.rank={lora.rank} must be >= 0 (0 = no LoRA)")
+    _check(problems, lora.alpha > 0, f"model.lora.alpha={lora.alpha} must be > 0")
+    _check(problems, 0 <= lora.dropout < 1, f"model.lora.dropout={lora.dropout} must be in [0, 1)")
+    if lora.config_file is not None and lora.rank > 0:
+        problems.append(
+            f"model.lora.config_file={lora.config_file!r} and model.lora.rank={lora.rank} both set: the file holds "
+            "the rank; set model.lora.rank=0 with a config file, or drop the file"
+        )
+
+
 def validate_config(cfg: TrainConfig) -> None:
     """Raise :class:`ConfigError` listing every invalid field, before anything heavy runs."""
     from grpo_lightning.rewards import REWARD_FUNCTIONS
@@ -344,6 +402,7 @@ def validate_config(cfg: TrainConfig) -> None:
     _check(problems, t.max_steps >= 1, f"trainer.max_steps={t.max_steps} must be >= 1")
     _check(problems, 0 <= cfg.task.val_fraction < 1, f"task.val_fraction={cfg.task.val_fraction} must be in [0, 1)")
     _validate_health(problems, cfg.health)
+    _validate_model(problems, cfg.model, t)
     if problems:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
 

@@ -47,6 +47,7 @@ from grpo_lightning.algorithm import (
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.guards import NonFiniteCounters, NonFiniteTrainingError
+from grpo_lightning.models.lora import AdapterDisabledReference, is_peft_model, reference_model
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.generator import RolloutGenerator
 
@@ -108,6 +109,12 @@ def _plain_output_head(model: nn.Module) -> nn.Linear | None:
     return head if isinstance(head, nn.Linear) and decoder is not None else None
 
 
+def _default_reference(policy: nn.Module):
+    """The frozen reference: a LoRA policy's own base (adapters off, no copy), else a deep copy
+    (in the policy's dtype)."""
+    return AdapterDisabledReference(policy) if is_peft_model(policy) else copy.deepcopy(policy)
+
+
 class _CloseRolloutOnException(L.Callback):
     """Lightning tells only callbacks about exceptions: drain the generator's queued work then."""
 
@@ -119,7 +126,8 @@ class _CloseRolloutOnException(L.Callback):
 
 
 class GRPOModule(L.LightningModule):
-    """GRPO over a Hugging Face causal LM. ``policy`` is trained; a frozen copy is the reference.
+    """GRPO over a Hugging Face causal LM. ``policy`` is trained; a frozen copy is the reference
+    (for a LoRA policy, the same base model with its adapters switched off).
 
     ``rollout`` generates each step's completions from the loader's prompt records (without
     one, the loader must yield :class:`RolloutBatch` objects). ``correctness_reward`` names
@@ -144,7 +152,7 @@ class GRPOModule(L.LightningModule):
         self.policy = policy
         self.reference = None
         if self.cfg.beta > 0:
-            self.reference = reference if reference is not None else copy.deepcopy(policy)
+            self.reference = reference if reference is not None else _default_reference(policy)
             self.reference.requires_grad_(False).eval()
         self.rollout = rollout
         self.evaluator: Evaluator | None = None
@@ -209,7 +217,7 @@ class GRPOModule(L.LightningModule):
             advantages=compute_advantages(rollout.rewards, rollout.group_size, self.cfg),
             normalizer=self._sum_over_ranks(loss_normalizer(mask, self.cfg.loss_agg, rollout.max_new_tokens)),
             max_new_tokens=rollout.max_new_tokens,
-            reference=self._frozen_log_probs(self.reference, rollout, batches) if self.reference is not None else None,
+            reference=self._reference_log_probs(rollout, batches) if self.reference is not None else None,
             old=self._frozen_log_probs(self.policy, rollout, batches) if self.cfg.num_iterations > 1 else None,
         )
 
@@ -343,6 +351,11 @@ class GRPOModule(L.LightningModule):
                 engine_logprobs=engine[rows, :num_cols] if engine is not None else None,
             )
 
+    def _reference_log_probs(self, rollout: RolloutBatch, batches: list[MicroBatch]) -> TokenLogProbs:
+        """The reference's log-probs: its own model, or a LoRA policy with the adapters switched off."""
+        with reference_model(self.reference) as model:
+            return self._frozen_log_probs(model, rollout, batches)
+
     @torch.no_grad()
     def _frozen_log_probs(self, model: nn.Module, rollout: RolloutBatch, batches: list[MicroBatch]) -> TokenLogProbs:
         """Log-probs of the whole batch without gradient (reference or old policy)."""
@@ -450,8 +463,8 @@ class GRPOModule(L.LightningModule):
 
     # ----------------------------------------------------------------------- optimizer
     def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(
-            self.policy.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
+        optimizer = torch.optim.AdamW(  # what trains: every weight, or the LoRA adapters only
+            [p for p in self.policy.parameters() if p.requires_grad], lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
         )
         warmup = max(self.cfg.warmup_steps, 0)
         scheduler = torch.optim.lr_scheduler.LambdaLR(

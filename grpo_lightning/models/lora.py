@@ -1,0 +1,198 @@
+"""LoRA adapters through ``peft``: wrapping the policy, its reference, merged weights, export.
+
+* :func:`apply_lora` wraps a loaded policy in peft's LoRA (``model.lora.*`` or a PEFT config
+  file). Only the adapters train; the adapters stay float32 when the base weights are
+  bfloat16 / float16 (peft's ``autocast_adapter_dtype``).
+* :class:`AdapterDisabledReference` is the reference model of a LoRA policy: the same base
+  weights with the adapters switched off (``disable_adapter()``), so beta > 0 costs no second
+  copy of the weights.
+* :func:`merged_state_dict` gives the weights an engine with weights of its own (vLLM) needs:
+  plain Hugging Face names, ``W + scale * B @ A`` for every adapted layer, computed out of
+  place. The policy is never merged and unmerged, so its base weights never drift (merging
+  and unmerging a bfloat16 weight in place does not give back the same bits).
+* :func:`save_adapter` and :func:`save_merged` write the adapter folder (loads with
+  ``PeftModel.from_pretrained``) and a merged folder that loads with plain transformers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from grpo_lightning.config import LoraModelConfig
+
+# peft's own value: every nn.Linear but the output head, i.e. the attention and MLP
+# projections of a decoder (q, k, v, o, gate, up, down on Llama / Qwen / SmolLM2).
+DEFAULT_TARGETS = "all-linear"
+_BASE = ".base_layer."
+
+
+def lora_enabled(cfg: LoraModelConfig) -> bool:
+    return cfg.rank > 0 or cfg.config_file is not None
+
+
+def peft_config(cfg: LoraModelConfig):
+    """The ``peft.LoraConfig`` of ``model.lora``: from its config file, or rank / alpha / dropout / targets."""
+    from peft import LoraConfig, PeftConfig
+
+    if cfg.config_file is not None:
+        path = Path(cfg.config_file).expanduser()
+        folder = path.parent if path.is_file() else path
+        if not (folder / "adapter_config.json").is_file():
+            raise FileNotFoundError(
+                f"model.lora.config_file={cfg.config_file!r}: no adapter_config.json there; pass a PEFT "
+                f"adapter_config.json (or its folder), or set model.lora.rank instead"
+            )
+        config = PeftConfig.from_pretrained(str(folder))
+        if not isinstance(config, LoraConfig):
+            raise ValueError(
+                f"model.lora.config_file={cfg.config_file!r} holds a {type(config).__name__}; only LoRA "
+                f"configs are supported (peft_type LORA)"
+            )
+        if getattr(config, "use_dora", False):
+            raise ValueError(
+                f"model.lora.config_file={cfg.config_file!r} sets use_dora=true; DoRA's merged weights are not "
+                f"W + B @ A, which the engine sync and the merged export assume: set use_dora=false"
+            )
+        config.inference_mode = False
+        return config
+    return LoraConfig(
+        r=cfg.rank,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=list(cfg.target_modules) or DEFAULT_TARGETS,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def apply_lora(model: nn.Module, cfg: LoraModelConfig) -> nn.Module:
+    """``model`` wrapped in LoRA adapters (a ``PeftModelForCausalLM``); only the adapters train."""
+    try:
+        from peft import get_peft_model
+    except ImportError as err:
+        raise ImportError(
+            "model.lora needs the peft package: pip install 'grpo_lightning[lora]' (or pip install peft)"
+        ) from err
+    return get_peft_model(model, peft_config(cfg), autocast_adapter_dtype=True)
+
+
+def is_peft_model(model: nn.Module) -> bool:
+    """Whether ``model`` is a peft model with adapters that can be switched off."""
+    return hasattr(model, "disable_adapter") and hasattr(model, "get_base_model") and hasattr(model, "peft_config")
+
+
+class AdapterDisabledReference:
+    """The reference model of a LoRA policy: the policy itself with its adapters switched off.
+
+    Not an ``nn.Module`` on purpose: it owns no weights, so Lightning neither moves, counts,
+    saves nor shards anything twice. :meth:`active` yields the model to run in its place.
+    """
+
+    def __init__(self, policy: nn.Module):
+        if not is_peft_model(policy):
+            raise TypeError(f"AdapterDisabledReference needs a peft model, got {type(policy).__name__}")
+        self.policy = policy
+
+    @contextmanager
+    def active(self) -> Iterator[nn.Module]:
+        """The base model for the duration of the block (adapters off, eval mode), then as it was."""
+        was_training = self.policy.training
+        self.policy.eval()
+        try:
+            with self.policy.disable_adapter():
+                yield self.policy
+        finally:
+            self.policy.train(was_training)
+
+    # What GRPOModule asks of a frozen reference model.
+    def eval(self) -> AdapterDisabledReference:
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True) -> AdapterDisabledReference:
+        return self
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        return iter(())
+
+
+@contextmanager
+def reference_model(reference) -> Iterator[nn.Module]:
+    """The model to compute reference log-probs with: ``reference`` itself, or a LoRA policy's base."""
+    if isinstance(reference, AdapterDisabledReference):
+        with reference.active() as model:
+            yield model
+    else:
+        yield reference
+
+
+def _adapted_layers(base: nn.Module) -> dict[str, nn.Module]:
+    from peft.tuners.lora import LoraLayer
+
+    return {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
+
+
+@torch.no_grad()
+def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The weights with the active adapters merged in, under the base model's plain HF names.
+
+    Out of place: every adapted weight is a new tensor ``W + delta`` (in W's dtype, the sum
+    taken in float32), the others are the policy's own tensors. Without adapters it is the
+    model's ``state_dict()``.
+    """
+    if not is_peft_model(model):
+        return model.state_dict()
+    base = model.get_base_model()
+    layers = _adapted_layers(base)
+    merged: dict[str, torch.Tensor] = {}
+    for key, tensor in base.state_dict().items():
+        if _BASE not in key:
+            if ".lora_" not in key:
+                merged[key] = tensor
+            continue
+        owner, leaf = key.split(_BASE, 1)
+        layer = layers.get(owner)
+        if leaf == "weight" and layer is not None:
+            delta = sum(
+                (layer.get_delta_weight(name).float() for name in layer.active_adapters if name in layer.lora_A),
+                torch.zeros((), device=tensor.device),
+            )
+            tensor = (tensor.float() + delta).to(tensor.dtype)
+        merged[f"{owner}.{leaf}"] = tensor
+    return merged
+
+
+def engine_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """What a weight sync pushes into an engine: the merged weights of a LoRA policy, else its state dict."""
+    return iter(merged_state_dict(model).items())
+
+
+def save_adapter(model: nn.Module, folder: str | Path) -> Path:
+    """The adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``) of a LoRA policy."""
+    if not is_peft_model(model):
+        raise TypeError(f"save_adapter needs a peft model (model.lora.rank > 0), got {type(model).__name__}")
+    folder = Path(folder)
+    model.save_pretrained(str(folder), safe_serialization=True)
+    return folder
+
+
+def save_merged(model: nn.Module, folder: str | Path, tokenizer=None) -> Path:
+    """A plain Hugging Face folder of the policy with its adapters merged in.
+
+    Loads with ``AutoModelForCausalLM.from_pretrained`` alone (no peft), in vLLM too. The
+    policy itself is left untouched.
+    """
+    folder = Path(folder)
+    if is_peft_model(model):
+        model.get_base_model().save_pretrained(str(folder), state_dict=merged_state_dict(model), safe_serialization=True)
+    else:
+        model.save_pretrained(str(folder), safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(folder))
+    return folder
