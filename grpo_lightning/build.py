@@ -23,6 +23,7 @@ from grpo_lightning.data.tasks import task_records
 from grpo_lightning.models import load_policy
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rewards import RewardScorer
+from grpo_lightning.sharding import build_strategy
 from grpo_lightning.rollout import (
     AsyncRolloutGenerator,
     HFEngine,
@@ -58,6 +59,8 @@ class Run:
             max_steps=t.max_steps,
             accelerator=t.accelerator,
             devices=t.devices,
+            num_nodes=t.num_nodes,
+            strategy=build_strategy(t.strategy, t.devices, t.num_nodes),
             precision=t.precision,
             logger=self.logger,
             callbacks=self.callbacks,

@@ -43,7 +43,7 @@ class TinyModelConfig:
 
 
 MODEL_DTYPES = ("float32", "bfloat16", "float16", "auto")
-STRATEGIES = ("auto", "ddp", "fsdp", "deepspeed")
+STRATEGIES = ("auto", "ddp", "fsdp")
 
 
 @dataclass
@@ -149,7 +149,7 @@ class TrainerConfig:
     accelerator: str = _f("cpu", "Lightning accelerator: cpu, gpu, auto.")
     devices: int = _f(1, "Number of devices (processes) to train on.")
     precision: str = _f("32-true", "Lightning precision, e.g. 32-true or bf16-mixed (float32 weights, bfloat16 compute); with model.dtype=bfloat16 use 32-true or bf16-true.")
-    strategy: str = _f("auto", f"Lightning strategy, one of {STRATEGIES}: ddp keeps a full replica per device; fsdp shards weights, gradients and optimizer state (decoder layers wrapped; GPUs only); deepspeed needs the deepspeed package.")
+    strategy: str = _f("auto", f"Lightning strategy, one of {STRATEGIES}: ddp keeps a full replica per device; fsdp shards weights, gradients, AdamW state and the reference over all devices (FSDP2 through Lightning's ModelParallelStrategy, one unit per decoder layer; CPU and GPU).")
     num_nodes: int = _f(1, "Machines to train on (Lightning's num_nodes); devices is per machine.")
     num_threads: int = _f(1, "torch intra-op threads on CPU; 0 leaves torch's default.")
     log_every_n_steps: int = _f(1, "Log metrics every n steps.")
@@ -310,7 +310,14 @@ _PRECISION_CHOICES = (
 def _validate_model(problems: list[str], m: ModelConfig, t: TrainerConfig) -> None:
     """model.dtype x trainer.precision, LoRA fields, strategy and nodes."""
     _choice(problems, "model.dtype", m.dtype, MODEL_DTYPES)
-    _choice(problems, "trainer.strategy", t.strategy, STRATEGIES)
+    if t.strategy == "deepspeed":
+        problems.append(
+            "trainer.strategy=deepspeed is not supported: ZeRO partitions the gradients that the NaN guard and "
+            "gradient clipping read, and steps the optimizer itself; use trainer.strategy=fsdp to shard weights, "
+            "gradients and optimizer state"
+        )
+    else:
+        _choice(problems, "trainer.strategy", t.strategy, STRATEGIES)
     _check(problems, t.num_nodes >= 1, f"trainer.num_nodes={t.num_nodes} must be >= 1")
     p = str(t.precision)
     half_weights = m.dtype in ("bfloat16", "float16")
@@ -394,6 +401,7 @@ def validate_config(cfg: TrainConfig) -> None:
     _check(problems, a.is_cap > 0, f"algorithm.is_cap={a.is_cap} must be > 0")
     _check(problems, r.max_staleness >= 1, f"rollout.max_staleness={r.max_staleness} must be >= 1")
     _check(problems, r.mode != "async" or r.engine == "vllm", "rollout.mode=async needs rollout.engine=vllm (the HF engine generates with the policy being trained)")
+    _check(problems, t.strategy != "fsdp" or r.engine == "hf", f"trainer.strategy=fsdp needs rollout.engine=hf (got {r.engine}): the weight sync into vLLM pushes whole tensors, and under fsdp each rank holds a shard of each; use trainer.strategy=ddp with vLLM")
     _check(problems, r.mode != "async" or t.devices == 1, f"rollout.mode=async supports trainer.devices=1 only for now (got {t.devices}): its lookahead prompt loader is not sharded across ranks")
     _check(problems, r.vllm.sync_every >= 1, f"rollout.vllm.sync_every={r.vllm.sync_every} must be >= 1")
     _check(problems, r.vllm.kv_cache_gib > 0, f"rollout.vllm.kv_cache_gib={r.vllm.kv_cache_gib} must be > 0")

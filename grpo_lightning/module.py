@@ -24,6 +24,7 @@ added freely since none of them is load-bearing.
 from __future__ import annotations
 
 import copy
+import math
 import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -50,6 +51,7 @@ from grpo_lightning.guards import NonFiniteCounters, NonFiniteTrainingError
 from grpo_lightning.models.lora import AdapterDisabledReference, is_peft_model, reference_model
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.generator import RolloutGenerator
+from grpo_lightning.sharding import DATA_PARALLEL, is_sharded, shard_module
 
 # The frozen reference model is in eval mode on purpose (see GRPOModule.train); the policy's
 # train mode is enforced in training_step, so this warning has nothing left to tell.
@@ -102,6 +104,8 @@ class StepResult:
 def _plain_output_head(model: nn.Module) -> nn.Linear | None:
     """The output head if logits are exactly ``head(decoder(x))`` (no soft-capping or scaling)."""
     config = getattr(model, "config", None)
+    if is_sharded(model):  # FSDP2: the head's weights are gathered by the root unit's forward only
+        return None
     if config is None or getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
         return None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -281,11 +285,14 @@ class GRPOModule(L.LightningModule):
         optimizer = self.optimizers()
         params = [p for p in self.policy.parameters() if p.grad is not None]
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params]) if params else torch.tensor(0.0)
-        result.grad_norms.append(float(grad_norm))
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a replicated DTensor; clipping takes it as is
+            result.grad_norms.append(float(grad_norm.full_tensor()))
+        else:
+            result.grad_norms.append(float(grad_norm))
         reason = None
         if not stats.finite_loss:
             reason = "loss"
-        elif not torch.isfinite(grad_norm):
+        elif not math.isfinite(result.grad_norms[-1]):
             reason = "grad"
         elif stats.kept_tokens == 0:
             reason = "no_finite_sequence"
@@ -387,6 +394,13 @@ class GRPOModule(L.LightningModule):
         """Skip DDP's gradient all-reduce on every micro-batch but the last."""
         block = getattr(self._trainer.strategy, "block_backward_sync", None) if self._trainer else None
         return nullcontext() if is_last or block is None else block()
+
+    # ----------------------------------------------------------------------- sharding
+    def configure_model(self) -> None:
+        """trainer.strategy=fsdp (Lightning's ModelParallelStrategy): shard policy and reference (FSDP2)."""
+        mesh = getattr(self, "_device_mesh", None)
+        if mesh is not None:
+            shard_module(self, mesh[DATA_PARALLEL])
 
     # ----------------------------------------------------------------------- rollout life cycle
     def setup(self, stage: str) -> None:

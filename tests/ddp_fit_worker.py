@@ -9,7 +9,10 @@ Scenarios:
 - ``f2_fault``: every rank gets the same prompts AND seeds ignore the rank (the F2 bug);
 - ``f2_twin``: every rank gets the same prompts, seeds as designed (no fault);
 - ``nan_one_rank``: on rank 1 only, the advantages of the second step are NaN (a non-finite
-  loss on one rank: every rank must skip that step together, and none may hang).
+  loss on one rank: every rank must skip that step together, and none may hang);
+- ``fsdp``: the healthy run with ``trainer.strategy=fsdp`` (FSDP2 through Lightning's
+  ModelParallelStrategy): the same prompts and seeds, so it must end with the weights of ``healthy``;
+- ``fsdp_lora``: ``fsdp`` with LoRA adapters (rank 8) and the KL term on.
 """
 
 from __future__ import annotations
@@ -77,6 +80,16 @@ class Recorder(L.Callback):
         self.prompts.append(rollout.prompts[:: rollout.group_size])
 
 
+def full(param: torch.Tensor) -> torch.Tensor:
+    """The whole tensor (an FSDP2 shard gathered from every rank)."""
+    return param.detach().full_tensor() if hasattr(param, "full_tensor") else param.detach()
+
+
+def local(param: torch.Tensor) -> torch.Tensor:
+    """What this rank holds."""
+    return param.detach().to_local() if hasattr(param, "to_local") else param.detach()
+
+
 def main(scenario: str, out_dir: str, steps: int) -> None:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
@@ -87,12 +100,18 @@ def main(scenario: str, out_dir: str, steps: int) -> None:
     cfg.trainer.max_steps = steps
     cfg.trainer.devices = 2
     cfg.logger.kind = "none"
+    if scenario.startswith("fsdp"):
+        cfg.trainer.strategy = "fsdp"
+        cfg.algorithm.logprob_chunk_mb = 0.01  # several output-head chunks per micro-batch
+    if scenario == "fsdp_lora":
+        cfg.model.lora.rank = 8
     run = build_run(cfg)
     if scenario in ("f2_fault", "f2_twin"):
         dm = run.datamodule
         run.datamodule = SharedPromptsDataModule(dm.train_records, dm.val_records, dm.prompts_per_step, dm.seed, dm.num_batches)
     recorder = Recorder()
-    trainer = run.trainer(cfg, strategy="ddp", callbacks=[*run.callbacks, recorder], enable_progress_bar=False)
+    overrides = {} if scenario.startswith("fsdp") else {"strategy": "ddp"}
+    trainer = run.trainer(cfg, callbacks=[*run.callbacks, recorder], enable_progress_bar=False, **overrides)
     trainer.fit(run.module, datamodule=run.datamodule)
     report = {
         "rank": trainer.global_rank,
@@ -105,7 +124,12 @@ def main(scenario: str, out_dir: str, steps: int) -> None:
         "alerts": [{"check": a.check, "failure": a.failure, "step": a.step, "text": a.text, "values": a.values} for a in run.health.alerts],
         "metrics": run.health.last_metrics,
         "skipped_steps_total": run.module.counters.skipped_steps,
-        "weights_checksum": float(sum(p.double().sum() for p in run.module.policy.parameters())),
+        "weights_checksum": float(sum(full(p).double().sum() for p in run.module.policy.parameters())),
+        "weights_abs_sum": float(sum(full(p).double().abs().sum() for p in run.module.policy.parameters())),
+        "local_fraction": sum(local(p).numel() for p in run.module.policy.parameters())
+        / sum(p.numel() for p in run.module.policy.parameters()),
+        "adapters_abs_sum": float(sum(full(p).abs().sum() for n, p in run.module.policy.named_parameters() if "lora_B" in n)),
+        "strategy": type(trainer.strategy).__name__,
     }
     Path(out_dir, f"rank_{trainer.global_rank}.json").write_text(json.dumps(report))
 

@@ -1,8 +1,9 @@
 """Worker for test_ddp_gradients.py: 2 ranks x B sequences vs 1 rank x 2B, every aggregation mode.
 
-Run as ``python tests/ddp_gradients_worker.py OUT_DIR``: it spawns two gloo processes; each
-wraps the policy in torch's DistributedDataParallel (the gradient averaging Lightning's DDP
-strategy uses), gives GRPOModule a minimal trainer whose strategy reduces over the process
+Run as ``python tests/ddp_gradients_worker.py OUT_DIR [ddp|fsdp]``: it spawns two gloo processes;
+each wraps the policy in torch's DistributedDataParallel (the gradient averaging Lightning's DDP
+strategy uses) or, with ``fsdp``, shards policy and reference with FSDP2 as
+``trainer.strategy=fsdp`` does (:func:`grpo_lightning.sharding.shard_module`), gives GRPOModule a minimal trainer whose strategy reduces over the process
 group, and runs ``prepare`` + ``accumulate_gradients`` on its half of a fixed batch. Rank 0
 also computes the gradient of the whole batch in one process. Writes one JSON per mode.
 """
@@ -66,10 +67,24 @@ def make_module(mode: str) -> GRPOModule:
 
 def flat_grad(module: GRPOModule) -> torch.Tensor:
     policy = module.policy.module if isinstance(module.policy, DistributedDataParallel) else module.policy
-    return torch.cat([p.grad.reshape(-1) for p in policy.parameters()])
+    grads = [p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad for p in policy.parameters()]
+    return torch.cat([g.reshape(-1) for g in grads])
 
 
-def worker(rank: int, world: int, out_dir: str, port: int) -> None:
+def wrap(module: GRPOModule, kind: str, world: int):
+    """DDP around the policy, or FSDP2 units over policy and reference; returns the no-sync context."""
+    if kind == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from grpo_lightning.sharding import shard_module
+
+        shard_module(module, init_device_mesh("cpu", (world,)))
+        return None  # FSDP2 reduce-scatters every micro-batch's gradient: nothing to block
+    module.policy = DistributedDataParallel(module.policy)
+    return module.policy.no_sync
+
+
+def worker(rank: int, world: int, out_dir: str, port: int, kind: str) -> None:
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -83,11 +98,10 @@ def worker(rank: int, world: int, out_dir: str, port: int) -> None:
             single.accumulate_gradients(batch, prepared)
             reference = flat_grad(single)
         module = make_module(mode)
-        module.policy = DistributedDataParallel(module.policy)
         strategy = SimpleNamespace(
             reduce=lambda t, reduce_op="sum": (dist.all_reduce(t), t)[1],
             backward=lambda loss, optimizer, *a, **k: loss.backward(),
-            block_backward_sync=module.policy.no_sync,
+            block_backward_sync=wrap(module, kind, world),
         )
         module._trainer = SimpleNamespace(world_size=world, strategy=strategy)
         mine = rows(batch, slice(rank * share, (rank + 1) * share))
@@ -114,4 +128,4 @@ if __name__ == "__main__":
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         free_port = s.getsockname()[1]
-    mp.spawn(worker, args=(2, sys.argv[1], free_port), nprocs=2, join=True)
+    mp.spawn(worker, args=(2, sys.argv[1], free_port, sys.argv[2] if len(sys.argv) > 2 else "ddp"), nprocs=2, join=True)

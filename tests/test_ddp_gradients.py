@@ -1,6 +1,6 @@
 """The gradient of 2 ranks x B equals that of 1 rank x 2B, for every aggregation mode: the
 loss normalizer is reduced over ranks before the first backward and the loss is scaled by
-world_size against DDP's gradient averaging (2 real gloo processes on CPU)."""
+world_size against DDP's (and FSDP2's) gradient averaging (2 real gloo processes on CPU)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ from grpo_lightning.algorithm import LOSS_AGG_MODES
 WORKER = Path(__file__).with_name("ddp_gradients_worker.py")
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ddp_grads")
-    done = subprocess.run([sys.executable, str(WORKER), str(out)], capture_output=True, text=True, timeout=300)
+@pytest.fixture(scope="module", params=["ddp", "fsdp"])
+def results(request, tmp_path_factory):
+    """Per loss mode, the worker's comparison; DDP, and FSDP2 sharding (trainer.strategy=fsdp)."""
+    out = tmp_path_factory.mktemp(f"{request.param}_grads")
+    done = subprocess.run([sys.executable, str(WORKER), str(out), request.param], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return {mode: json.loads((out / f"{mode}.json").read_text()) for mode in LOSS_AGG_MODES}
 

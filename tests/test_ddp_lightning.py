@@ -40,6 +40,16 @@ def healthy(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def fsdp(tmp_path_factory):
+    return _fit("fsdp", 4, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def fsdp_lora(tmp_path_factory):
+    return _fit("fsdp_lora", 3, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
 def f2_fault(tmp_path_factory):
     return _fit("f2_fault", 3, tmp_path_factory)
 
@@ -98,3 +108,24 @@ def test_a_non_finite_loss_on_one_rank_skips_the_step_on_every_rank_without_hang
         assert report["skipped_steps_total"] == 1 and report["global_step"] == 3  # ... and one step skipped
         assert "nonfinite" in [a["check"] for a in report["alerts"]]
     assert nan_one_rank[0]["weights_checksum"] == nan_one_rank[1]["weights_checksum"]
+
+
+def test_fsdp_shards_the_policy_and_ends_with_the_weights_of_ddp(healthy, fsdp):
+    """trainer.strategy=fsdp (FSDP2, Lightning's ModelParallelStrategy, on CPU with gloo): each rank
+    holds half of every weight, and the same prompts and seeds give the weights DDP gives."""
+    for rank, report in enumerate(fsdp):
+        assert report["strategy"] == "ModelParallelStrategy" and report["backend"] == "gloo"
+        assert report["steps"] == report["global_step"] == 4 and report["alerts"] == []
+        assert 0.45 < report["local_fraction"] < 0.55
+        assert report["seeds"] == healthy[rank]["seeds"] and report["prompts"] == healthy[rank]["prompts"]
+    assert fsdp[0]["weights_checksum"] == fsdp[1]["weights_checksum"]
+    assert abs(fsdp[0]["weights_checksum"] - healthy[0]["weights_checksum"]) <= 1e-6 * healthy[0]["weights_abs_sum"]
+    assert fsdp[0]["weights_abs_sum"] == pytest.approx(healthy[0]["weights_abs_sum"], rel=1e-6)
+
+
+def test_fsdp_trains_lora_adapters_with_the_base_as_reference(fsdp_lora):
+    for report in fsdp_lora:
+        assert report["steps"] == report["global_step"] == 3 and report["alerts"] == []
+        assert report["metrics"]["health/no_update/update_norm"] > 0
+        assert report["adapters_abs_sum"] > 0
+    assert fsdp_lora[0]["weights_checksum"] == fsdp_lora[1]["weights_checksum"]

@@ -24,6 +24,8 @@ from conftest import make_config
         ({"model.lora.rank": 8, "model.lora.config_file": "x.json"}, ["model.lora.config_file='x.json'", "model.lora.rank=8"]),
         ({"trainer.strategy": "horovod"}, ["trainer.strategy='horovod'", "'fsdp'"]),
         ({"trainer.num_nodes": 0}, ["trainer.num_nodes=0"]),
+        ({"trainer.strategy": "deepspeed"}, ["trainer.strategy=deepspeed is not supported", "trainer.strategy=fsdp"]),
+        ({"trainer.strategy": "fsdp", "rollout.engine": "vllm"}, ["trainer.strategy=fsdp needs rollout.engine=hf", "trainer.strategy=ddp"]),
     ],
 )
 def test_invalid_combinations_name_the_fields(overrides, named):

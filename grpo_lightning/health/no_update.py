@@ -44,8 +44,10 @@ class ParameterSnapshot:
             last = len(params) - 1
             params = [params[round(i * last / (self.MAX_TENSORS - 1))] for i in range(self.MAX_TENSORS)]
         for param in params:
-            stride = -(-param.numel() // self.per_tensor)
-            view = param.detach().view(-1)[::stride]
+            data = param.detach()
+            data = data.to_local() if hasattr(data, "to_local") else data  # FSDP2: this rank's shard
+            stride = -(-data.numel() // self.per_tensor) if data.numel() else 1
+            view = data.view(-1)[::stride]
             self.views.append(view)
             self.tracked += view.numel()
 

@@ -7,6 +7,7 @@ from tqdm.auto import tqdm
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
 from grpo_lightning.rollout.batch import RolloutBatch
+from grpo_lightning.sharding import is_sharded
 from grpo_lightning.rollout.engine import Completion, GenerationRequest, SamplingSettings
 from grpo_lightning.rollout.sampler import SeededSampler
 
@@ -82,6 +83,9 @@ class HFEngine:
             attention_mask=prompt_mask.to(device),
             generation_config=config,
             logits_processor=LogitsProcessorList([processor]),
+            # Sharded (trainer.strategy=fsdp): every forward all-gathers weights on all ranks, so
+            # a rank whose samples all ended keeps stepping until every rank's have.
+            synced_gpus=is_sharded(self.model),
         )
         processor.progress.close()
         new_tokens = output[:, prompt_ids.shape[1] :].cpu()
