@@ -79,10 +79,27 @@ class GenerateTimer:
         model.generate = timed
 
 
+def trl_config(s: dict, checkpointing: bool, **overrides):
+    """TRL's GRPOConfig for a setting ``s`` (prompts, generations, max_tokens, steps): our values."""
+    from trl import GRPOConfig
+
+    kwargs = dict(
+        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=s["prompts"] * s["generations"],
+        gradient_accumulation_steps=1, num_generations=s["generations"],
+        max_completion_length=s["max_tokens"], beta=COMMON["beta"], loss_type="grpo",
+        learning_rate=COMMON["lr"], lr_scheduler_type="constant", warmup_steps=0, max_steps=s["steps"],
+        temperature=COMMON["temperature"], top_p=1.0, top_k=0, logging_steps=1, report_to=[],
+        save_strategy="no", use_cpu=True, bf16=False, fp16=False, seed=0, dataloader_num_workers=0,
+        max_grad_norm=1.0, num_iterations=1, scale_rewards="group", gradient_checkpointing=checkpointing,
+    )
+    kwargs.update(overrides)
+    return GRPOConfig(**kwargs)
+
+
 def run_trl(setting: str, model_dir: str | None, checkpointing: bool) -> dict:
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from grpo_lightning.rewards.arithmetic import arithmetic_close
 
@@ -102,16 +119,7 @@ def run_trl(setting: str, model_dir: str | None, checkpointing: bool) -> dict:
             if logs and "completions/mean_length" in logs and steps:
                 steps[-1]["tokens"] = logs["completions/mean_length"] * s["prompts"] * s["generations"]
 
-    out = tempfile.mkdtemp()
-    config = GRPOConfig(
-        output_dir=out, per_device_train_batch_size=s["prompts"] * s["generations"],
-        gradient_accumulation_steps=1, num_generations=s["generations"],
-        max_completion_length=s["max_tokens"], beta=COMMON["beta"], loss_type="grpo",
-        learning_rate=COMMON["lr"], lr_scheduler_type="constant", warmup_steps=0, max_steps=s["steps"],
-        temperature=COMMON["temperature"], top_p=1.0, top_k=0, logging_steps=1, report_to=[],
-        save_strategy="no", use_cpu=True, bf16=False, fp16=False, seed=0, dataloader_num_workers=0,
-        max_grad_norm=1.0, num_iterations=1, scale_rewards="group", gradient_checkpointing=checkpointing,
-    )
+    config = trl_config(s, checkpointing)
     dataset = Dataset.from_list(prompt_records(max(64, s["prompts"] * s["steps"])))
     trainer = GRPOTrainer(
         model=model, reward_funcs=[arithmetic_close], args=config, train_dataset=dataset,

@@ -159,13 +159,27 @@ def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
         owner, leaf = key.split(_BASE, 1)
         layer = layers.get(owner)
         if leaf == "weight" and layer is not None:
-            delta = sum(
-                (layer.get_delta_weight(name).float() for name in layer.active_adapters if name in layer.lora_A),
-                torch.zeros((), device=tensor.device),
-            )
-            tensor = (tensor.float() + delta).to(tensor.dtype)
+            tensor = _merged_weight(layer, tensor)
         merged[f"{owner}.{leaf}"] = tensor
     return merged
+
+
+def _merged_weight(layer: nn.Module, weight: torch.Tensor) -> torch.Tensor:
+    """``W + sum over active adapters of scale * B @ A`` as a new tensor in W's dtype (float32 sums)."""
+    merged = weight.float().clone() if weight.dtype != torch.float32 else None
+    for name in layer.active_adapters:
+        if name not in layer.lora_A:
+            continue
+        plain = isinstance(layer.lora_A[name], nn.Linear) and not getattr(layer, "fan_in_fan_out", False) and not layer.use_dora.get(name, False)
+        base = merged if merged is not None else weight
+        if plain:  # one fused matmul-add, no separate delta tensor
+            a, b = layer.lora_A[name].weight.float(), layer.lora_B[name].weight.float()
+            merged = torch.addmm(base, b, a, alpha=layer.scaling[name])
+        else:  # peft's own delta (embeddings, convolutions, fan-in-fan-out layers)
+            merged = base + layer.get_delta_weight(name).float()
+    if merged is None:
+        return weight
+    return merged.to(weight.dtype) if merged.dtype != weight.dtype else merged
 
 
 def engine_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:

@@ -13,6 +13,8 @@ samples from the initial model forever.
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from grpo_lightning.models.lora import engine_weights
@@ -40,8 +42,10 @@ class WeightSync:
 
     def sync(self, module, engine, step: int, probe=None, tokenizer=None) -> dict[str, float]:
         """Push ``module.policy``'s weights into ``engine`` now; returns ``rollout/sync_*`` metrics."""
-        # A LoRA policy's merged weights (computed out of place), else its state dict.
-        seconds = engine.load_weights(engine_weights(module.policy))
+        # A LoRA policy's merged weights (computed out of place, timed with the push), else its state dict.
+        start = time.perf_counter()
+        weights = engine_weights(module.policy)
+        seconds = time.perf_counter() - start + engine.load_weights(weights)
         self.synced_at_step, self.last_sync_seconds = step, seconds
         self.num_syncs += 1
         metrics = {"rollout/sync_seconds": seconds}
