@@ -401,6 +401,12 @@ def validate_config(cfg: TrainConfig) -> None:
     _check(problems, a.is_cap > 0, f"algorithm.is_cap={a.is_cap} must be > 0")
     _check(problems, r.max_staleness >= 1, f"rollout.max_staleness={r.max_staleness} must be >= 1")
     _check(problems, r.mode != "async" or r.engine == "vllm", "rollout.mode=async needs rollout.engine=vllm (the HF engine generates with the policy being trained)")
+    _check(
+        problems, r.engine != "vllm" or not r.vllm.in_process or t.devices * t.num_nodes == 1,
+        f"rollout.engine=vllm with rollout.vllm.in_process=true runs on one device only (trainer.devices={t.devices}, "
+        f"trainer.num_nodes={t.num_nodes}): an in-process engine sets up a one-process torch.distributed group of its "
+        f"own; with several devices use rollout.engine=hf (each rank generates its own prompts' completions)",
+    )
     _check(problems, t.strategy != "fsdp" or r.engine == "hf", f"trainer.strategy=fsdp needs rollout.engine=hf (got {r.engine}): the weight sync into vLLM pushes whole tensors, and under fsdp each rank holds a shard of each; use trainer.strategy=ddp with vLLM")
     _check(problems, r.mode != "async" or t.devices == 1, f"rollout.mode=async supports trainer.devices=1 only for now (got {t.devices}): its lookahead prompt loader is not sharded across ranks")
     _check(problems, r.vllm.sync_every >= 1, f"rollout.vllm.sync_every={r.vllm.sync_every} must be >= 1")
