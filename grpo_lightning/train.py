@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_lightning.build import build_run, fit
 from grpo_lightning.config import ConfigError, TaskConfig, TrainConfig
+from grpo_lightning.rollout.engine import EngineError
 
 # The configs ship inside the package (grpo_lightning/conf), so an installed wheel has them too.
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -46,7 +47,10 @@ def run(cfg: TrainConfig, logged_config: dict | None = None) -> dict[str, float]
     """Train with ``cfg`` (baseline evaluation, fit, final evaluation); returns the last logged metrics."""
     built = build_run(cfg, logged_config=logged_config)
     trainer = built.trainer(cfg)
-    fit(built, trainer, cfg)
+    try:
+        fit(built, trainer, cfg)
+    finally:
+        built.module.rollout.shutdown()  # a launched vLLM server stops with the run
     return {k: float(v) for k, v in trainer.logged_metrics.items()}
 
 
@@ -58,6 +62,9 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    except EngineError as err:  # a dead or wedged vLLM server: said plainly, not as a traceback
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
     shown = {k: round(v, 4) for k, v in metrics.items() if k.split("/")[0] in ("reward", "kl", "train", "val")}
     print(f"final metrics: {shown}")
 
