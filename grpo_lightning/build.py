@@ -74,7 +74,14 @@ class Run:
 
 
 def build_datamodule(cfg: TrainConfig) -> PromptDataModule:
-    train, val = task_records(cfg.task)
+    check = None
+    if cfg.task.name == "dataset":  # your own prompts: vetted with the tokenizer, before the model loads
+        from grpo_lightning.data.files import prompt_check
+
+        check = prompt_check(cfg)
+    train, val = task_records(cfg.task, check)
+    if cfg.task.correctness_reward is None:  # nothing defines "correct": no held-out evaluation
+        val = []
     batches = -(-cfg.trainer.max_steps // cfg.algorithm.num_iterations)
     lookahead = cfg.rollout.max_staleness if cfg.rollout.mode == "async" else 0
     return PromptDataModule(

@@ -441,7 +441,7 @@ class GRPOModule(L.LightningModule):
         if self.reference is not None:
             metrics["kl/mean"] = last.token_mean("kl_sum")
         for name, values in rollout.reward_components.items():
-            metrics[f"reward/{name}/mean"] = float(values.mean())
+            metrics[f"reward/{name}/mean"] = float(values.nanmean())  # NaN: the function skipped the sample
         self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=rollout.num_sequences)
         shown = {"reward": metrics["reward/mean"]}
         if "kl/mean" in metrics:
