@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 from grpo_lightning.algorithm import (
@@ -312,6 +313,11 @@ def validate_config(cfg: TrainConfig) -> None:
         _choice(problems, "task.correctness_reward", cfg.task.correctness_reward, tuple(sorted(REWARD_FUNCTIONS)))
     _check(problems, cfg.task.name != "dataset" or bool(cfg.task.path), "task=dataset needs task.path=PATH: a .jsonl, .json, .parquet or .csv file or a datasets.save_to_disk folder")
     _check(problems, t.checkpoint_every_n_steps >= 0, f"trainer.checkpoint_every_n_steps={t.checkpoint_every_n_steps} must be >= 0 (0 = off)")
+    _check(
+        problems, t.resume in (None, "auto") or Path(t.resume).is_file(),
+        f"trainer.resume={t.resume!r}: no such checkpoint file; give a .ckpt path, auto (the newest under "
+        f"<trainer.output_dir>/checkpoints/) or null",
+    )
     _check(problems, t.keep_checkpoints >= 1, f"trainer.keep_checkpoints={t.keep_checkpoints} must be >= 1")
     _check(problems, t.export_every_n_steps >= 0, f"trainer.export_every_n_steps={t.export_every_n_steps} must be >= 0 (0 = only hf/final)")
     _check(problems, cfg.task.size >= 1, f"task.size={cfg.task.size} must be >= 1")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from grpo_lightning.data.files import DataError
+
 INSTALL_HINT = "pip install 'reasoning-gym>=0.1.19'   (or: pip install -e '.[data]')"
 
 
@@ -36,12 +38,12 @@ def dataset_options(dataset: str, options: dict[str, Any] | None = None) -> dict
     from reasoning_gym.factory import DATASETS
 
     if dataset not in DATASETS:
-        raise ValueError(f"task.dataset={dataset!r} is not a reasoning-gym dataset; choose one of {sorted(DATASETS)}")
+        raise DataError(f"task.dataset={dataset!r} is not a reasoning-gym dataset; choose one of {sorted(DATASETS)}")
     merged = {**DEFAULT_OPTIONS.get(dataset, {}), **(options or {})}
     valid = [f.name for f in dataclasses.fields(DATASETS[dataset][1]) if f.name not in ("seed", "size")]
     unknown = sorted(set(merged) - set(valid))
     if unknown:
-        raise ValueError(
+        raise DataError(
             f"task.dataset_options {unknown} are not options of reasoning-gym's {dataset!r}; its options are {valid}"
         )
     return merged
@@ -56,7 +58,7 @@ def reasoning_gym_records(
     try:
         data = rg.create_dataset(dataset, size=size, seed=seed, **options)
     except (KeyError, ValueError, AssertionError) as err:
-        raise ValueError(f"task.dataset={dataset!r} with task.dataset_options={options}: {err}") from err
+        raise DataError(f"task.dataset={dataset!r} with task.dataset_options={options}: {err}") from err
     records = [
         {"prompt": entry["question"], "answer": str(entry["answer"]), "entry": _plain(entry)} for entry in data
     ]
