@@ -117,6 +117,16 @@ class RunCheckpoints(L.Callback):
     def load_state_dict(self, state_dict: dict) -> None:
         self._rng_to_restore = state_dict.get("rng")
 
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module, checkpoint: dict) -> None:
+        # A run's last checkpoint is written at its last batch, which Lightning marks as the
+        # end of the (one) epoch: resumed with a larger trainer.max_steps it would stop at
+        # once ("max_epochs=1 reached"). The epoch now has more batches (build_datamodule),
+        # so that batch was not the last: say so before the loops load their state.
+        if trainer.max_steps > checkpoint.get("global_step", 0):
+            progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress")
+            if progress is not None:
+                progress["is_last_batch"] = False
+
     # ----------------------------------------------------------------------- hooks
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._last_step = trainer.global_step
