@@ -122,7 +122,10 @@ def check_prompts(records: list[dict], formatter, max_prompt_tokens: int, source
                     f"the data or use a model whose tokenizer has them (the tiny model's alphabet is "
                     f"model.tiny.alphabet)"
                 )
-        length = len(formatter(prompt))
+        try:
+            length = len(formatter(prompt))
+        except ValueError as err:  # e.g. chat messages for a tokenizer without a chat template
+            raise DataError(f"{source} row {row}: {err}") from err
         if length > max_prompt_tokens:
             raise DataError(
                 f"{source} row {row}: the prompt {_short(prompt)} is {length} tokens, more than the model's "
