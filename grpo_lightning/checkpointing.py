@@ -14,10 +14,10 @@ weights (policy and reference), optimizer and scheduler (Lightning), the loop co
 position (:class:`~grpo_lightning.data.resumable.ResumableLoader`), the NaN counters
 (``GRPOModule.on_save_checkpoint``), the health monitor's memory (``HealthMonitor.state_dict``)
 and every RNG (torch, CUDA, numpy, Python; here). In async generation the batches in flight
-at the checkpoint are not saved: the resumed run generates them again with their original
-seeds (same prompts, same seeds), but from the weights at the checkpoint rather than the
-older weights they were first sampled with, so the first ``max_staleness`` steps after a
-resume are less stale than in the uninterrupted run.
+at the checkpoint (generated for the next ``max_staleness`` steps with older weights) are
+waited for and saved as they came out (``AsyncRolloutGenerator.state_dict``): regenerating
+them with their original seeds would sample from the checkpoint's newer weights and change
+the run, so the resumed run trains on exactly the batches the uninterrupted one did.
 
 On SIGINT or SIGTERM the run finishes the current step, writes a checkpoint and
 ``hf/step_<N>``, says where, and stops; the CLI then exits with 128 + the signal number.

@@ -462,7 +462,11 @@ class GRPOModule(L.LightningModule):
     # ----------------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["grpo_counters"] = asdict(self.counters)
+        if hasattr(self.rollout, "state_dict"):  # async generation: the batches in flight
+            checkpoint["grpo_rollout"] = self.rollout.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if "grpo_counters" in checkpoint:
             self.counters = NonFiniteCounters(**checkpoint["grpo_counters"])
+        if "grpo_rollout" in checkpoint and hasattr(self.rollout, "load_state_dict"):
+            self.rollout.load_state_dict(checkpoint["grpo_rollout"])
