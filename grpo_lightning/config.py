@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 from grpo_lightning.algorithm import (
@@ -23,7 +24,7 @@ from grpo_lightning.algorithm import (
 ENGINES = ("hf", "vllm")
 ROLLOUT_MODES = ("sync", "async")
 LOGGERS = ("wandb", "csv", "none")
-TASKS = ("arithmetic", "reasoning_gym", "gsm")
+TASKS = ("arithmetic", "reasoning_gym", "gsm", "dataset")
 
 
 def _f(default: Any, help: str) -> Any:
@@ -64,14 +65,18 @@ class TaskConfig:
         {"arithmetic_exact": 0.5, "arithmetic_close": 0.5},
         "Reward function name -> weight; the total reward is the weighted sum.",
     )
-    correctness_reward: str = _f("arithmetic_exact", "The reward function whose score of 1 means 'correct': val/accuracy and val/pass@k count those.")
+    correctness_reward: Optional[str] = _f("arithmetic_exact", "The reward function whose score of 1 means 'correct': val/accuracy and val/pass@k count those; null: no held-out evaluation.")
     dataset: str = _f("basic_arithmetic", "reasoning_gym: the reasoning-gym dataset name (e.g. basic_arithmetic, chain_sum, countdown).")
-    dataset_options: dict[str, Any] = _f({}, "reasoning_gym: keyword arguments of the dataset's config (e.g. max_terms: 2).")
+    dataset_options: dict[str, Any] = _f({}, "reasoning_gym: keyword arguments of the dataset's config (e.g. max_terms: 2), on top of the dataset's own defaults (grpo_lightning/data/reasoning_gym.py DEFAULT_OPTIONS).")
     size: int = _f(1000, "reasoning_gym: problems generated (train + validation); gsm: at most this many of the 100 questions.")
     system_prompt: Optional[str] = _f(None, "System message put before each prompt by the chat template; null keeps the tokenizer's default.")
     instruction: str = _f("", "Text appended to every question, e.g. how to format the answer; empty adds nothing.")
     chat_template: bool = _f(True, "Wrap prompts in the tokenizer's chat template when it has one (instruction-tuned models).")
     max_completion_chars: int = _f(0, "length_penalty: completions longer than this many characters lose reward; 0 turns it off.")
+    path: Optional[str] = _f(None, "dataset: the training prompts, a .jsonl, .json, .parquet or .csv file or a folder written by datasets.Dataset.save_to_disk (read with Hugging Face datasets).")
+    val_path: Optional[str] = _f(None, "dataset: held-out prompts in a file or folder like task.path; null splits task.val_fraction off task.path instead.")
+    prompt_column: str = _f("prompt", "dataset: the column holding the prompt, a string or a list of chat messages ({role, content}); every other column reaches the reward functions as a keyword argument.")
+    reward_modules: list[str] = _f([], "Python files (path/to/rewards.py) or importable modules imported before validation, so the reward functions they register with @register_reward can be named in task.rewards.")
 
 
 @dataclass
@@ -151,6 +156,10 @@ class TrainerConfig:
     log_every_n_steps: int = _f(1, "Log metrics every n steps.")
     output_dir: str = _f("outputs", "Where logs and checkpoints go (the Hydra run folder under the CLI).")
     enable_checkpointing: bool = _f(False, "Save a Lightning checkpoint at the end of training.")
+    checkpoint_every_n_steps: int = _f(0, "Write a resumable checkpoint to <output_dir>/checkpoints/ every n optimizer steps and at the last step (atomically); 0 turns them off.")
+    keep_checkpoints: int = _f(2, "How many of the newest checkpoints under <output_dir>/checkpoints/ to keep.")
+    resume: Optional[str] = _f(None, "auto: continue from the newest checkpoint under <output_dir>/checkpoints/ (none there: start fresh, and say so); a path: continue from that checkpoint; null: start fresh.")
+    export_every_n_steps: int = _f(0, "Also write the policy as a Hugging Face folder <output_dir>/hf/step_N every n optimizer steps; 0: only <output_dir>/hf/final at the end.")
 
 
 @dataclass
@@ -297,7 +306,10 @@ def validate_config(cfg: TrainConfig) -> None:
     """Raise :class:`ConfigError` listing every invalid field, before anything heavy runs."""
     from grpo_lightning.rewards import REWARD_FUNCTIONS
 
+    from grpo_lightning.rewards.modules import import_reward_modules
+
     problems: list[str] = []
+    problems += import_reward_modules(cfg.task.reward_modules)  # their rewards can be named below
     r, a, t = cfg.rollout, cfg.algorithm, cfg.trainer
     _choice(problems, "task.name", cfg.task.name, TASKS)
     _choice(problems, "rollout.engine", r.engine, ENGINES)
@@ -310,7 +322,17 @@ def validate_config(cfg: TrainConfig) -> None:
     for name in cfg.task.rewards:
         _choice(problems, f"task.rewards.{name}", name, tuple(sorted(REWARD_FUNCTIONS)))
     _check(problems, bool(cfg.task.rewards), "task.rewards is empty; name at least one reward function")
-    _choice(problems, "task.correctness_reward", cfg.task.correctness_reward, tuple(sorted(REWARD_FUNCTIONS)))
+    if cfg.task.correctness_reward is not None:
+        _choice(problems, "task.correctness_reward", cfg.task.correctness_reward, tuple(sorted(REWARD_FUNCTIONS)))
+    _check(problems, cfg.task.name != "dataset" or bool(cfg.task.path), "task=dataset needs task.path=PATH: a .jsonl, .json, .parquet or .csv file or a datasets.save_to_disk folder")
+    _check(problems, t.checkpoint_every_n_steps >= 0, f"trainer.checkpoint_every_n_steps={t.checkpoint_every_n_steps} must be >= 0 (0 = off)")
+    _check(
+        problems, t.resume in (None, "auto") or Path(t.resume).is_file(),
+        f"trainer.resume={t.resume!r}: no such checkpoint file; give a .ckpt path, auto (the newest under "
+        f"<trainer.output_dir>/checkpoints/) or null",
+    )
+    _check(problems, t.keep_checkpoints >= 1, f"trainer.keep_checkpoints={t.keep_checkpoints} must be >= 1")
+    _check(problems, t.export_every_n_steps >= 0, f"trainer.export_every_n_steps={t.export_every_n_steps} must be >= 0 (0 = only hf/final)")
     _check(problems, cfg.task.size >= 1, f"task.size={cfg.task.size} must be >= 1")
     _check(problems, cfg.task.max_completion_chars >= 0, f"task.max_completion_chars={cfg.task.max_completion_chars} must be >= 0 (0 = off)")
     e = cfg.eval

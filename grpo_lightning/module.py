@@ -445,7 +445,7 @@ class GRPOModule(L.LightningModule):
         if self.reference is not None:
             metrics["kl/mean"] = last.token_mean("kl_sum")
         for name, values in rollout.reward_components.items():
-            metrics[f"reward/{name}/mean"] = float(values.mean())
+            metrics[f"reward/{name}/mean"] = float(values.nanmean())  # NaN: the function skipped the sample
         self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=rollout.num_sequences)
         shown = {"reward": metrics["reward/mean"]}
         if "kl/mean" in metrics:
@@ -466,7 +466,11 @@ class GRPOModule(L.LightningModule):
     # ----------------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["grpo_counters"] = asdict(self.counters)
+        if hasattr(self.rollout, "state_dict"):  # async generation: the batches in flight
+            checkpoint["grpo_rollout"] = self.rollout.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if "grpo_counters" in checkpoint:
             self.counters = NonFiniteCounters(**checkpoint["grpo_counters"])
+        if "grpo_rollout" in checkpoint and hasattr(self.rollout, "load_state_dict"):
+            self.rollout.load_state_dict(checkpoint["grpo_rollout"])

@@ -14,6 +14,7 @@ same derivation as in sync mode, never one fixed seed.
 
 from __future__ import annotations
 
+import pickle
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -81,6 +82,22 @@ class AsyncRolloutGenerator(RolloutGenerator):
         rollout.timing["rollout/wait_seconds"] = wait_seconds
         rollout.timing["rollout/staleness"] = float(step - pending.submitted_at_step)
         return rollout
+
+    # ----------------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict:
+        """The generations in flight (queued, not yet trained on), waited for and kept as they
+        came out: a resumed run trains on exactly these, sampled with the older weights the
+        uninterrupted run used, so it continues identically."""
+        saved = {
+            step: (p.records, p.requests, p.future.result(), p.submitted_at_step) for step, p in self.pending.items()
+        }
+        return {"pending": pickle.dumps(saved)}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        for step, (records, requests, completions, submitted_at) in pickle.loads(state_dict["pending"]).items():
+            future: Future = Future()
+            future.set_result(completions)
+            self.pending[step] = PendingGeneration(records, requests, future, submitted_at)
 
     def close(self) -> None:
         """Wait for queued generations and drop them (end of training, or an exception)."""

@@ -16,8 +16,12 @@ from contextlib import contextmanager
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+import json
+
 from grpo_lightning.data.lookahead import current_records
+from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.rewards import RewardScorer
+from grpo_lightning.rewards.scorer import RewardState, as_reward_completions
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.engine import Completion, EngineError, GenerationRequest, RolloutEngine, SamplingSettings
 from grpo_lightning.rollout.seeding import group_seeds
@@ -88,14 +92,17 @@ class RolloutGenerator:
         return self._weight_sync
 
     # ----------------------------------------------------------------------- generation
-    def tokenize_prompt(self, prompt: str) -> list[int]:
-        """Token ids of a prompt, cached: the same prompt is tokenized once per run."""
-        if prompt not in self._prompt_ids:
+    def tokenize_prompt(self, prompt: str | list[dict]) -> list[int]:
+        """Token ids of a prompt (text, or chat messages), cached: the same prompt is tokenized once per run."""
+        key = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
+        if key not in self._prompt_ids:
             if self.formatter is not None:
-                self._prompt_ids[prompt] = list(self.formatter(prompt))
+                self._prompt_ids[key] = list(self.formatter(prompt))
+            elif isinstance(prompt, str):
+                self._prompt_ids[key] = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
             else:
-                self._prompt_ids[prompt] = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
-        return self._prompt_ids[prompt]
+                self._prompt_ids[key] = PromptFormatter(self.tokenizer)(prompt)
+        return self._prompt_ids[key]
 
     def rollout_for_step(self, batch, step: int, rank: int) -> RolloutBatch:
         """The scored generation batch of training step ``step`` from the loader's ``batch``."""
@@ -133,7 +140,12 @@ class RolloutGenerator:
         texts = self.tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
         prompts = [record["prompt"] for record in expanded]
         fields = {key: [record.get(key) for record in expanded] for key in records[0] if key != "prompt"}
-        rewards, components = self.scorer(prompts, texts, fields)
+        rewards, components = self.scorer(
+            prompts, as_reward_completions(prompts, texts), fields,
+            completion_ids=[list(c.token_ids) for c in completions], trainer_state=RewardState(global_step=step),
+        )
+        if prompts and not isinstance(prompts[0], str):  # chat messages: the batch keeps their text
+            prompts = [self.tokenizer.decode(r.prompt_ids) for r in requests]
         num_tokens = int(completion_mask.sum())
         versions = [c.weight_version for c in completions if c.weight_version is not None]
         timing = {
