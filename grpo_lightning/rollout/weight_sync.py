@@ -45,7 +45,7 @@ class WeightSync:
         # A LoRA policy's merged weights (computed out of place, timed with the push), else its state dict.
         start = time.perf_counter()
         weights = engine_weights(module.policy)
-        seconds = time.perf_counter() - start + engine.load_weights(weights)
+        seconds = time.perf_counter() - start + engine.load_weights(weights, version=step)
         self.synced_at_step, self.last_sync_seconds = step, seconds
         self.num_syncs += 1
         metrics = {"rollout/sync_seconds": seconds}
