@@ -39,6 +39,8 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 
 from grpo_lightning.export import export_hf
+from grpo_lightning.models.lora import full_state_dict
+from grpo_lightning.sharding import is_sharded
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -184,8 +186,10 @@ class RunCheckpoints(L.Callback):
 
     def export(self, trainer: L.Trainer, pl_module, name: str) -> Path:
         folder = self.output_dir / "hf" / name
+        # trainer.strategy=fsdp: every rank gathers the shards (a collective), rank 0 writes them.
+        state = full_state_dict(pl_module.policy) if is_sharded(pl_module.policy) else None
         if trainer.is_global_zero:
-            export_hf(pl_module.policy, self.tokenizer, folder)
+            export_hf(pl_module.policy, self.tokenizer, folder, state=state)
         self.last_export = folder
         return folder
 

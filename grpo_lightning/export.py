@@ -2,8 +2,8 @@
 
 :func:`export_hf` writes safetensors weights, ``config.json``, the tokenizer and the
 generation config into a temporary folder next to the target and renames it into place,
-so a reader never sees half a folder. One function per kind of folder: a LoRA run can add
-an adapter folder and a merged folder beside this one.
+so a reader never sees half a folder. A LoRA policy's folder holds the merged weights (plain
+transformers and vLLM load it) and its adapter folder in ``adapter/``.
 """
 
 from __future__ import annotations
@@ -15,14 +15,28 @@ from pathlib import Path
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from grpo_lightning.models.lora import is_peft_model, save_adapter, save_merged
 
-def export_hf(policy: nn.Module, tokenizer: PreTrainedTokenizerBase, folder: str | Path) -> Path:
-    """Write ``policy`` and ``tokenizer`` to ``folder`` (replaced if it exists); returns the folder."""
+
+ADAPTER_FOLDER = "adapter"  # a LoRA policy's adapter folder, inside the exported one
+
+
+def export_hf(
+    policy: nn.Module, tokenizer: PreTrainedTokenizerBase, folder: str | Path, state: dict | None = None
+) -> Path:
+    """Write ``policy`` and ``tokenizer`` to ``folder`` (replaced if it exists); returns the folder.
+
+    A LoRA policy is written merged (a plain transformers folder) with its adapter folder in
+    ``folder/adapter`` (``PeftModel.from_pretrained``). ``state``: the policy's whole weights
+    when it is sharded (:func:`~grpo_lightning.models.lora.full_state_dict`, gathered on every rank).
+    """
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = folder.parent / f".{folder.name}.tmp{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    policy.save_pretrained(staging, safe_serialization=True)  # config, weights, generation config
+    save_merged(policy, staging, state=state)  # config, weights, generation config
+    if is_peft_model(policy):
+        save_adapter(policy, staging / ADAPTER_FOLDER, state=state)
     tokenizer.save_pretrained(staging)
     generation = getattr(policy, "generation_config", None)
     if generation is not None and not (staging / "generation_config.json").exists():

@@ -100,6 +100,7 @@ def main(scenario: str, out_dir: str, steps: int) -> None:
     cfg.trainer.max_steps = steps
     cfg.trainer.devices = 2
     cfg.logger.kind = "none"
+    cfg.trainer.output_dir = out_dir  # the exported hf/final goes there
     if scenario.startswith("fsdp"):
         cfg.trainer.strategy = "fsdp"
         cfg.algorithm.logprob_chunk_mb = 0.01  # several output-head chunks per micro-batch
@@ -113,7 +114,24 @@ def main(scenario: str, out_dir: str, steps: int) -> None:
     overrides = {} if scenario.startswith("fsdp") else {"strategy": "ddp"}
     trainer = run.trainer(cfg, callbacks=[*run.callbacks, recorder], enable_progress_bar=False, **overrides)
     trainer.fit(run.module, datamodule=run.datamodule)
+    export = {}
+    if scenario.startswith("fsdp"):
+        from transformers import AutoModelForCausalLM
+
+        from grpo_lightning.models.lora import full_state_dict, merged_state_dict
+
+        merged = merged_state_dict(run.module.policy, full_state_dict(run.module.policy))  # every rank
+        if trainer.global_rank == 0:
+            final = Path(out_dir, "hf", "final")
+            loaded = AutoModelForCausalLM.from_pretrained(final)
+            export = {
+                "architectures": loaded.config.architectures,
+                "max_abs_diff": max(float((t - merged[n]).abs().max()) for n, t in loaded.state_dict().items()),
+                "same_names": sorted(loaded.state_dict()) == sorted(merged),
+                "adapter_folder": (final / "adapter" / "adapter_config.json").is_file(),
+            }
     report = {
+        "export": export,
         "rank": trainer.global_rank,
         "world_size": trainer.world_size,
         "backend": torch.distributed.get_backend() if torch.distributed.is_initialized() else None,

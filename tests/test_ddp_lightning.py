@@ -110,6 +110,10 @@ def test_fsdp_shards_the_policy_and_ends_with_the_weights_of_ddp(healthy, fsdp):
     assert fsdp[0]["weights_checksum"] == fsdp[1]["weights_checksum"]
     assert abs(fsdp[0]["weights_checksum"] - healthy[0]["weights_checksum"]) <= 1e-6 * healthy[0]["weights_abs_sum"]
     assert fsdp[0]["weights_abs_sum"] == pytest.approx(healthy[0]["weights_abs_sum"], rel=1e-6)
+    # hf/final: the shards gathered on every rank, written by rank 0 under the plain class name
+    export = fsdp[0]["export"]
+    assert export["architectures"] == ["LlamaForCausalLM"] and export["same_names"] and export["max_abs_diff"] == 0.0
+    assert not export["adapter_folder"]
 
 
 def test_fsdp_trains_lora_adapters_with_the_base_as_reference(fsdp_lora):
@@ -118,3 +122,6 @@ def test_fsdp_trains_lora_adapters_with_the_base_as_reference(fsdp_lora):
         assert report["metrics"]["health/no_update/update_norm"] > 0
         assert report["adapters_abs_sum"] > 0
     assert fsdp_lora[0]["weights_checksum"] == fsdp_lora[1]["weights_checksum"]
+    export = fsdp_lora[0]["export"]  # merged weights (plain transformers) plus the adapter folder
+    assert export["architectures"] == ["LlamaForCausalLM"] and export["same_names"] and export["max_abs_diff"] == 0.0
+    assert export["adapter_folder"]

@@ -118,10 +118,14 @@ def test_lora_config_file_is_used(tmp_path):
         load_policy(ModelConfig(lora=LoraModelConfig(config_file=str(tmp_path / "nowhere"))))
 
 
-def test_bf16_lora_run_trains_the_float32_adapters_and_f4_measures_them():
+def test_bf16_lora_run_trains_the_float32_adapters_and_f4_measures_them(tmp_path):
     """bfloat16 base weights, float32 adapters, the reference without a copy; the F4 snapshot
-    samples the adapters (what trains) and sees them move from the first step on."""
-    cfg = make_config(3, **{"model.dtype": "bfloat16", "model.lora.rank": 8, "algorithm.beta": 0.04})
+    samples the adapters (what trains) and sees them move. The exported hf/final holds the
+    merged weights (plain transformers) and the adapter folder (peft)."""
+    from peft import PeftModel
+
+    cfg = make_config(3, **{"model.dtype": "bfloat16", "model.lora.rank": 8, "algorithm.beta": 0.04,
+                            "trainer.output_dir": str(tmp_path)})
     run = fit(cfg)
     policy = run.module.policy
     dtypes = {n: p.dtype for n, p in policy.named_parameters()}
@@ -134,6 +138,15 @@ def test_bf16_lora_run_trains_the_float32_adapters_and_f4_measures_them():
     assert run.health.last_metrics["health/no_update/update_norm"] > 0
     assert run.module.last_step.passes[-1].kl_sum > 0  # the adapters moved the policy off its base
     assert run.health.alerts_for("nonfinite") == []
+    final = tmp_path / "hf" / "final"
+    merged = AutoModelForCausalLM.from_pretrained(final)
+    expected = merged_state_dict(policy)
+    assert all(torch.equal(t, expected[n]) for n, t in merged.state_dict().items())
+    assert any(not torch.equal(t, p) for n, t in merged.state_dict().items()
+               for p in [dict(policy.get_base_model().named_parameters()).get(n.replace(".weight", ".base_layer.weight"))] if p is not None)
+    reloaded = PeftModel.from_pretrained(load_policy(ModelConfig(dtype="bfloat16"))[0], final / "adapter")
+    adapters = {n: p for n, p in policy.named_parameters() if ".lora_" in n}
+    assert adapters and all(torch.equal(p, adapters[n]) for n, p in reloaded.named_parameters() if ".lora_" in n)
 
 
 def test_a_deep_copy_reference_keeps_the_policys_dtype_and_log_probs_stay_float32(rollout):

@@ -138,20 +138,37 @@ def _adapted_layers(base: nn.Module) -> dict[str, nn.Module]:
     return {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
 
 
+_PEFT_PREFIX = "base_model.model."
+
+
 @torch.no_grad()
-def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``model.state_dict()`` with FSDP2 shards gathered into whole tensors.
+
+    Under ``trainer.strategy=fsdp`` this is a collective: every rank must call it.
+    """
+    return {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
+
+
+@torch.no_grad()
+def merged_state_dict(model: nn.Module, state: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """The weights with the active adapters merged in, under the base model's plain HF names.
 
     Out of place: every adapted weight is a new tensor ``W + delta`` (in W's dtype, the sum
-    taken in float32), the others are the policy's own tensors. Without adapters it is the
-    model's ``state_dict()``.
+    taken in float32), the others are the policy's own tensors. ``state`` is the model's
+    state dict to merge (e.g. :func:`full_state_dict` of a sharded policy); by default its own.
+    Without adapters it is that state dict.
     """
     if not is_peft_model(model):
-        return model.state_dict()
+        return state if state is not None else model.state_dict()
     base = model.get_base_model()
+    if state is None:
+        state = base.state_dict()
+    else:
+        state = {k.removeprefix(_PEFT_PREFIX): v for k, v in state.items()}
     layers = _adapted_layers(base)
     merged: dict[str, torch.Tensor] = {}
-    for key, tensor in base.state_dict().items():
+    for key, tensor in state.items():
         if _BASE not in key:
             if ".lora_" not in key:
                 merged[key] = tensor
@@ -159,12 +176,12 @@ def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
         owner, leaf = key.split(_BASE, 1)
         layer = layers.get(owner)
         if leaf == "weight" and layer is not None:
-            tensor = _merged_weight(layer, tensor)
+            tensor = _merged_weight(layer, tensor, state, owner)
         merged[f"{owner}.{leaf}"] = tensor
     return merged
 
 
-def _merged_weight(layer: nn.Module, weight: torch.Tensor) -> torch.Tensor:
+def _merged_weight(layer: nn.Module, weight: torch.Tensor, state: dict, owner: str) -> torch.Tensor:
     """``W + sum over active adapters of scale * B @ A`` as a new tensor in W's dtype (float32 sums)."""
     merged = weight.float().clone() if weight.dtype != torch.float32 else None
     for name in layer.active_adapters:
@@ -173,7 +190,8 @@ def _merged_weight(layer: nn.Module, weight: torch.Tensor) -> torch.Tensor:
         plain = isinstance(layer.lora_A[name], nn.Linear) and not getattr(layer, "fan_in_fan_out", False) and not layer.use_dora.get(name, False)
         base = merged if merged is not None else weight
         if plain:  # one fused matmul-add, no separate delta tensor
-            a, b = layer.lora_A[name].weight.float(), layer.lora_B[name].weight.float()
+            a = state.get(f"{owner}.lora_A.{name}.weight", layer.lora_A[name].weight).float()
+            b = state.get(f"{owner}.lora_B.{name}.weight", layer.lora_B[name].weight).float()
             merged = torch.addmm(base, b, a, alpha=layer.scaling[name])
         else:  # peft's own delta (embeddings, convolutions, fan-in-fan-out layers)
             merged = base + layer.get_delta_weight(name).float()
@@ -187,26 +205,45 @@ def engine_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     return iter(merged_state_dict(model).items())
 
 
-def save_adapter(model: nn.Module, folder: str | Path) -> Path:
-    """The adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``) of a LoRA policy."""
+def save_adapter(model: nn.Module, folder: str | Path, state: dict[str, torch.Tensor] | None = None) -> Path:
+    """The adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``) of a LoRA policy
+    (``state``: its :func:`full_state_dict` when sharded)."""
     if not is_peft_model(model):
         raise TypeError(f"save_adapter needs a peft model (model.lora.rank > 0), got {type(model).__name__}")
     folder = Path(folder)
-    model.save_pretrained(str(folder), safe_serialization=True)
+    extra = {"state_dict": state} if state is not None else {}
+    model.save_pretrained(str(folder), safe_serialization=True, **extra)
     return folder
 
 
-def save_merged(model: nn.Module, folder: str | Path, tokenizer=None) -> Path:
+def save_merged(model: nn.Module, folder: str | Path, tokenizer=None, state: dict[str, torch.Tensor] | None = None) -> Path:
     """A plain Hugging Face folder of the policy with its adapters merged in.
 
     Loads with ``AutoModelForCausalLM.from_pretrained`` alone (no peft), in vLLM too. The
-    policy itself is left untouched.
+    policy itself is left untouched. ``state``: the policy's :func:`full_state_dict` when sharded.
     """
     folder = Path(folder)
-    if is_peft_model(model):
-        model.get_base_model().save_pretrained(str(folder), state_dict=merged_state_dict(model), safe_serialization=True)
+    base = model.get_base_model() if is_peft_model(model) else model
+    if is_peft_model(model) or state is not None:
+        base.save_pretrained(str(folder), state_dict=merged_state_dict(model, state), safe_serialization=True)
     else:
-        model.save_pretrained(str(folder), safe_serialization=True)
+        base.save_pretrained(str(folder), safe_serialization=True)
+    _plain_architectures(folder)
     if tokenizer is not None:
         tokenizer.save_pretrained(str(folder))
     return folder
+
+
+def _plain_architectures(folder: Path) -> None:
+    """FSDP2 swaps a sharded model's class for ``FSDP<Class>``, which ``save_pretrained`` writes
+    into ``config.json``; vLLM picks the model class from that name: write the plain one."""
+    import json
+
+    path = folder / "config.json"
+    if not path.is_file():
+        return
+    config = json.loads(path.read_text())
+    names = config.get("architectures") or []
+    if any(n.startswith("FSDP") for n in names):
+        config["architectures"] = [n.removeprefix("FSDP") for n in names]
+        path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
