@@ -450,6 +450,12 @@ def validate_config(cfg: TrainConfig) -> None:
     _check(problems, server.start_timeout_s > 0, f"rollout.vllm.server.start_timeout_s={server.start_timeout_s} must be > 0")
     _check(problems, server.concurrency >= 1, f"rollout.vllm.server.concurrency={server.concurrency} must be >= 1")
     _check(problems, 0 < server.port < 65536, f"rollout.vllm.server.port={server.port} must be in 1..65535")
+    _check(
+        problems, t.strategy != "fsdp" or (t.checkpoint_every_n_steps == 0 and t.resume is None),
+        f"trainer.strategy=fsdp does not write or resume checkpoints yet (trainer.checkpoint_every_n_steps="
+        f"{t.checkpoint_every_n_steps}, trainer.resume={t.resume!r}): Lightning saves sharded models as a folder of "
+        f"shards; set trainer.checkpoint_every_n_steps=0 and trainer.resume=null (the hf/ export works), or use trainer.strategy=ddp",
+    )
     _check(problems, t.strategy != "fsdp" or r.engine == "hf", f"trainer.strategy=fsdp needs rollout.engine=hf (got {r.engine}): the weight sync into vLLM pushes whole tensors, and under fsdp each rank holds a shard of each; use trainer.strategy=ddp with vLLM")
     _check(problems, r.vllm.sync_every >= 1, f"rollout.vllm.sync_every={r.vllm.sync_every} must be >= 1")
     _check(problems, r.vllm.kv_cache_gib > 0, f"rollout.vllm.kv_cache_gib={r.vllm.kv_cache_gib} must be > 0")

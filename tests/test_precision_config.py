@@ -25,7 +25,7 @@ from conftest import make_config
         ({"trainer.strategy": "horovod"}, ["trainer.strategy='horovod'", "'fsdp'"]),
         ({"trainer.num_nodes": 0}, ["trainer.num_nodes=0"]),
         ({"trainer.strategy": "deepspeed"}, ["trainer.strategy=deepspeed is not supported", "trainer.strategy=fsdp"]),
-        ({"rollout.engine": "vllm", "trainer.devices": 2}, ["rollout.vllm.in_process=true runs on one device only", "trainer.devices=2", "rollout.engine=hf"]),
+        ({"trainer.strategy": "fsdp", "trainer.checkpoint_every_n_steps": 5}, ["trainer.strategy=fsdp does not write or resume checkpoints", "trainer.checkpoint_every_n_steps=5"]),
         ({"trainer.strategy": "fsdp", "rollout.engine": "vllm"}, ["trainer.strategy=fsdp needs rollout.engine=hf", "trainer.strategy=ddp"]),
     ],
 )

@@ -51,6 +51,7 @@ from pathlib import Path
 
 import torch
 
+from grpo_lightning.models.lora import save_merged
 from grpo_lightning.rollout.engine import Completion, EngineError, GenerationRequest, SamplingSettings
 
 SERVED_NAME = "policy"  # --served-model-name of a launched server
@@ -102,8 +103,7 @@ class VLLMServer:
         self.settings = settings
         self.url = settings.base_url
         self._model_dir = tempfile.TemporaryDirectory(prefix="grpo-vllm-server-model-")
-        policy.save_pretrained(self._model_dir.name, safe_serialization=True)
-        tokenizer.save_pretrained(self._model_dir.name)
+        save_merged(policy, self._model_dir.name, tokenizer)  # a LoRA policy: its merged weights
         self.log_path = Path(self._model_dir.name) / "server.log"
         s = settings
         command = [
