@@ -68,7 +68,7 @@ class ServerSettings:
     launch: bool = False
     host: str = "127.0.0.1"
     port: int = 8765
-    timeout_s: float = 60.0
+    timeout_s: float = 300.0
     start_timeout_s: float = 300.0
     concurrency: int = 64
     sync_dir: str | None = None
