@@ -132,7 +132,7 @@ def main() -> None:
 
         start = time.perf_counter()
         engines["server"] = VLLMServerEngine.from_policy(
-            policy, tokenizer, ServerSettings(launch=True, max_model_len=max_len, concurrency=args.prompts * args.samples)
+            policy, tokenizer, ServerSettings(launch=True, max_model_len=max_len, timeout_s=600)
         )
         results["server_start_seconds"] = time.perf_counter() - start
     measured = throughput(engines, tokenizer, sampling, args.repeats, args.prompts, args.samples)

@@ -100,7 +100,7 @@ class VLLMServerConfig:
     launch: bool = _f(False, "Start a vLLM server as a subprocess on the policy's initial weights (rank 0 starts it, every rank uses it); it is stopped at the end, on failure, or when the trainer dies.")
     host: str = _f("127.0.0.1", "launch: the address the launched server listens on.")
     port: int = _f(8765, "launch: the port the launched server listens on.")
-    timeout_s: float = _f(60.0, "Longest wait for any one server call (a generation request, a weight sync, a version poll): past it the run stops with an error naming the server and the step, never a hang.")
+    timeout_s: float = _f(300.0, "Longest wait for any one server call (a generation request, a weight sync, a version poll): past it the run stops with an error naming the server and the step, never a hang. A dead server fails at once (connection refused); this bounds a wedged one. Size it to one generation batch on your hardware.")
     start_timeout_s: float = _f(300.0, "launch: longest wait for the launched server to become healthy.")
     concurrency: int = _f(64, "Requests each rank keeps in flight at once (one per sample).")
     sync_dir: Optional[str] = _f(None, "Folder rank 0 writes the weights to for the server to reload; must be readable by the server (a shared file system if it runs on another host). null: a temporary folder (same host).")

@@ -158,3 +158,39 @@ def test_a_killed_server_is_a_clear_error_within_the_timeout_and_leaves_nothing_
     assert not killed["dir"].exists()
     assert run.module.rollout.engine is None  # shut down on the exception
     print(f"server killed -> error after {seconds:.2f} s: {message}")
+
+
+def test_a_connection_the_server_dropped_unanswered_is_retried_once():
+    """Regression: uvicorn closes idle keep-alive connections after 5 s; a request sent on such a
+    pooled connection failed with 'Server disconnected without sending a response' when a
+    training step took about that long. A stub server drops the first request unanswered: the
+    client sends it once more and gets the answer; a server that keeps dropping is an error."""
+    import json
+    import socketserver
+    import threading
+
+    from grpo_lightning.rollout.vllm_server import ServerClient
+
+    class Stub(socketserver.BaseRequestHandler):
+        dropped = 0
+        drop_all = False
+
+        def handle(self):
+            data = self.request.recv(65536)
+            if Stub.drop_all or Stub.dropped == 0:
+                Stub.dropped += 1
+                return  # the connection closes without a response
+            body = json.dumps({"weight_version": "7", "echo": len(data)}).encode()
+            self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                                 + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Stub) as stub:
+        threading.Thread(target=stub.serve_forever, daemon=True).start()
+        client = ServerClient(f"http://127.0.0.1:{stub.server_address[1]}", timeout_s=5, concurrency=1)
+        assert client.call("GET", "/weight_info", "GET /weight_info")["weight_version"] == "7"
+        assert Stub.dropped == 1
+        Stub.drop_all = True
+        with pytest.raises(VLLMServerError, match="failed GET /weight_info: RemoteProtocolError"):
+            client.call("GET", "/weight_info", "GET /weight_info")
+        client.close()
+        stub.shutdown()

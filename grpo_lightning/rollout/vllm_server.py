@@ -69,7 +69,7 @@ class ServerSettings:
     launch: bool = False
     host: str = "127.0.0.1"
     port: int = 8765
-    timeout_s: float = 60.0
+    timeout_s: float = 300.0
     start_timeout_s: float = 300.0
     concurrency: int = 64
     sync_dir: str | None = None
@@ -187,7 +187,9 @@ class ServerClient:
 
         self.url = url
         self.timeout_s = timeout_s
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        # Idle connections are dropped after 2 s, before the server's own keep-alive timeout
+        # (uvicorn: 5 s) can close one under a request we are about to send on it.
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency, keepalive_expiry=2.0)
         self._http = httpx.Client(base_url=url, timeout=timeout_s, limits=limits)
         self._why_gone = why_gone  # a launched server's exit status, if it exited
         self.model = SERVED_NAME
@@ -205,7 +207,12 @@ class ServerClient:
         import httpx
 
         try:
-            response = self._http.request(method, path, **kwargs)
+            try:
+                response = self._http.request(method, path, **kwargs)
+            except httpx.RemoteProtocolError:
+                # The server closed a pooled keep-alive connection as we reused it: the request
+                # never ran. Once more on a fresh connection (requests are seeded: harmless).
+                response = self._http.request(method, path, **kwargs)
         except httpx.TimeoutException as err:
             raise VLLMServerError(
                 f"the vLLM server {self.url} did not answer {what} within rollout.vllm.server.timeout_s="
