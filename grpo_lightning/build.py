@@ -138,10 +138,21 @@ def build_logger(cfg: TrainConfig, logged_config: dict | None = None) -> Logger 
 def build_engine_factory(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase):
     """``policy -> engine`` for ``rollout.engine``, called by the module's ``setup``."""
     r = cfg.rollout
+    v = r.vllm
+    if r.engine == "vllm" and (v.server.launch or v.server.url is not None):
+        from grpo_lightning.rollout.vllm_server import ServerSettings, VLLMServerEngine
+
+        s = v.server
+        server = ServerSettings(
+            url=s.url, launch=s.launch, host=s.host, port=s.port, timeout_s=s.timeout_s,
+            start_timeout_s=s.start_timeout_s, concurrency=s.concurrency, sync_dir=s.sync_dir, dtype=v.dtype,
+            max_model_len=v.max_model_len, kv_cache_gib=v.kv_cache_gib, enforce_eager=v.enforce_eager,
+            seed=cfg.trainer.seed,
+        )
+        return lambda policy: VLLMServerEngine.from_policy(policy, tokenizer, server)
     if r.engine == "vllm":
         from grpo_lightning.rollout.vllm import VLLMEngine, VLLMSettings
 
-        v = r.vllm
         settings = VLLMSettings(
             in_process=v.in_process, kv_cache_gib=v.kv_cache_gib, gpu_memory_utilization=v.gpu_memory_utilization,
             max_model_len=v.max_model_len, dtype=v.dtype, enforce_eager=v.enforce_eager, seed=cfg.trainer.seed,

@@ -80,6 +80,18 @@ class TaskConfig:
 
 
 @dataclass
+class VLLMServerConfig:
+    url: Optional[str] = _f(None, "Connect to a running vLLM OpenAI-compatible server at this URL (http://host:port), shared by every rank; it must run with VLLM_SERVER_DEV_MODE=1 (weight reloads) and --logprobs-mode processed_logprobs. null: no server unless launch=true.")
+    launch: bool = _f(False, "Start a vLLM server as a subprocess on the policy's initial weights (rank 0 starts it, every rank uses it); it is stopped at the end, on failure, or when the trainer dies.")
+    host: str = _f("127.0.0.1", "launch: the address the launched server listens on.")
+    port: int = _f(8765, "launch: the port the launched server listens on.")
+    timeout_s: float = _f(60.0, "Longest wait for any one server call (a generation request, a weight sync, a version poll): past it the run stops with an error naming the server and the step, never a hang.")
+    start_timeout_s: float = _f(300.0, "launch: longest wait for the launched server to become healthy.")
+    concurrency: int = _f(64, "Requests each rank keeps in flight at once (one per sample).")
+    sync_dir: Optional[str] = _f(None, "Folder rank 0 writes the weights to for the server to reload; must be readable by the server (a shared file system if it runs on another host). null: a temporary folder (same host).")
+
+
+@dataclass
 class VLLMConfig:
     in_process: bool = _f(True, "Run vLLM inside the training process (colocated; weights synced in memory). false: a separate engine process, weights synced through a safetensors folder.")
     kv_cache_gib: float = _f(1.0, "KV-cache budget in GiB (CPU: VLLM_CPU_KVCACHE_SPACE; GPU: kv_cache_memory_bytes). Bounds the engine's memory next to the trainer.")
@@ -90,6 +102,7 @@ class VLLMConfig:
     sync_every: int = _f(1, "Push the policy's weights into the engine every this many optimizer steps (1: always on-policy in sync mode).")
     verify_sync: bool = _f(False, "After each sync compare engine and policy log-probs of a probe sequence; fail loudly beyond verify_tolerance.")
     verify_tolerance: float = _f(1e-3, "Largest allowed |engine - policy| log-prob difference of the probe (float32 agrees to ~1e-5).")
+    server: VLLMServerConfig = _f(VLLMServerConfig(), "A vLLM server shared by every training rank instead of an engine inside the process (needed with trainer.devices > 1).")
 
 
 @dataclass
@@ -358,7 +371,20 @@ def validate_config(cfg: TrainConfig) -> None:
     _check(problems, a.is_cap > 0, f"algorithm.is_cap={a.is_cap} must be > 0")
     _check(problems, r.max_staleness >= 1, f"rollout.max_staleness={r.max_staleness} must be >= 1")
     _check(problems, r.mode != "async" or r.engine == "vllm", "rollout.mode=async needs rollout.engine=vllm (the HF engine generates with the policy being trained)")
-    _check(problems, r.mode != "async" or t.devices == 1, f"rollout.mode=async supports trainer.devices=1 only for now (got {t.devices}): its lookahead prompt loader is not sharded across ranks")
+    server = r.vllm.server
+    uses_server = r.engine == "vllm" and (server.launch or server.url is not None)
+    _check(
+        problems,
+        r.engine != "vllm" or t.devices == 1 or uses_server,
+        f"rollout.engine=vllm with trainer.devices={t.devices} needs one vLLM server shared by the ranks: set "
+        f"rollout.vllm.server.launch=true (or rollout.vllm.server.url=http://host:port for a running one); an "
+        f"in-process engine lives inside one training process. Or use rollout.engine=hf.",
+    )
+    _check(problems, not (server.launch and server.url is not None), f"rollout.vllm.server.launch=true and rollout.vllm.server.url={server.url!r} exclude each other: launch a server, or connect to one")
+    _check(problems, server.timeout_s > 0, f"rollout.vllm.server.timeout_s={server.timeout_s} must be > 0")
+    _check(problems, server.start_timeout_s > 0, f"rollout.vllm.server.start_timeout_s={server.start_timeout_s} must be > 0")
+    _check(problems, server.concurrency >= 1, f"rollout.vllm.server.concurrency={server.concurrency} must be >= 1")
+    _check(problems, 0 < server.port < 65536, f"rollout.vllm.server.port={server.port} must be in 1..65535")
     _check(problems, r.vllm.sync_every >= 1, f"rollout.vllm.sync_every={r.vllm.sync_every} must be >= 1")
     _check(problems, r.vllm.kv_cache_gib > 0, f"rollout.vllm.kv_cache_gib={r.vllm.kv_cache_gib} must be > 0")
     _check(problems, 0 < r.vllm.gpu_memory_utilization <= 1, f"rollout.vllm.gpu_memory_utilization={r.vllm.gpu_memory_utilization} must be in (0, 1]")

@@ -109,13 +109,14 @@ def _plain_output_head(model: nn.Module) -> nn.Linear | None:
 
 
 class _CloseRolloutOnException(L.Callback):
-    """Lightning tells only callbacks about exceptions: drain the generator's queued work then."""
+    """Lightning tells only callbacks about exceptions: drain the generator's queued work and
+    release an engine it built (a launched vLLM server) then."""
 
     def __init__(self, rollout: RolloutGenerator):
         self.rollout = rollout
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        self.rollout.close()
+        self.rollout.shutdown()
 
 
 class GRPOModule(L.LightningModule):
@@ -436,6 +437,9 @@ class GRPOModule(L.LightningModule):
             metrics["rollout/logp_diff_mean"] = last.logp_diff_sum / last.engine_tokens
             metrics["rollout/is_ratio_max"] = last.is_ratio_max
             metrics["rollout/is_truncated_frac"] = last.is_truncated / last.engine_tokens
+        if rollout.weight_version is not None:
+            # Optimizer steps between the weights that sampled the batch and those it trains.
+            metrics["rollout/weight_version_lag"] = float(self.global_step - rollout.weight_version)
         if rollout.finished is not None:
             metrics["completions/clipped_frac"] = float((~rollout.finished).float().mean())
         if self.reference is not None:

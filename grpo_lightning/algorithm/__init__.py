@@ -73,4 +73,5 @@ __all__ = [
     "rewards_equal",
     "selective_log_probs",
     "tied_groups",
+    "truncated_importance_weights",
 ]

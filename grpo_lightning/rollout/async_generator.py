@@ -24,7 +24,7 @@ from torch import nn
 from grpo_lightning.data.lookahead import PromptWindow
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.engine import GenerationRequest
-from grpo_lightning.rollout.generator import RolloutGenerator
+from grpo_lightning.rollout.generator import RolloutGenerator, engine_context
 
 
 @dataclass
@@ -74,7 +74,8 @@ class AsyncRolloutGenerator(RolloutGenerator):
             self.submit(records, step + offset, rank, now=step)
         pending = self.pending.pop(step)
         wait_start = time.perf_counter()
-        completions = pending.future.result()
+        with engine_context(step, rank):
+            completions = pending.future.result()
         wait_seconds = time.perf_counter() - wait_start
         generation_seconds = getattr(pending.future, "timing", {}).get("seconds", wait_seconds)
         rollout = self.assemble(pending.records, pending.requests, completions, step, generation_seconds)

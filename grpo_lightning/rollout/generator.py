@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 
 from torch import nn
 from transformers import PreTrainedTokenizerBase
@@ -22,11 +23,20 @@ from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rewards.scorer import RewardState, as_reward_completions
 from grpo_lightning.rollout.batch import RolloutBatch
-from grpo_lightning.rollout.engine import Completion, GenerationRequest, RolloutEngine, SamplingSettings
+from grpo_lightning.rollout.engine import Completion, EngineError, GenerationRequest, RolloutEngine, SamplingSettings
 from grpo_lightning.rollout.seeding import group_seeds
 from grpo_lightning.rollout.weight_sync import WeightSync
 
 EngineFactory = Callable[[nn.Module], RolloutEngine]
+
+
+@contextmanager
+def engine_context(step: int, rank: int, what: str = "generation"):
+    """Engine failures name the step and rank they happened at."""
+    try:
+        yield
+    except EngineError as err:
+        raise type(err)(f"{what} at rollout step {step} on rank {rank}: {err}") from err
 
 
 class RolloutGenerator:
@@ -63,12 +73,14 @@ class RolloutGenerator:
         self.formatter = formatter
         self._prompt_ids: dict[str, list[int]] = {}
         self._weight_sync = weight_sync
+        self._owns_engine = False  # built from the factory: this generator shuts it down
 
     # ----------------------------------------------------------------------- set-up
     def setup(self, policy: nn.Module) -> None:
         """Build the engine from its factory (once)."""
         if self.engine is None:
             self.engine = self._engine_or_factory(policy)
+            self._owns_engine = True
 
     @property
     def weight_sync(self) -> WeightSync | None:
@@ -102,7 +114,8 @@ class RolloutGenerator:
             raise RuntimeError("RolloutGenerator has no engine yet: call setup(policy) (GRPOModule.setup does)")
         start = time.perf_counter()
         requests = self.build_requests(records, step, rank)
-        completions = self.engine.generate(requests, self.sampling)
+        with engine_context(step, rank):
+            completions = self.engine.generate(requests, self.sampling)
         return self.assemble(records, requests, completions, step, time.perf_counter() - start)
 
     def build_requests(self, records: list[dict], step: int, rank: int) -> list[GenerationRequest]:
@@ -134,6 +147,7 @@ class RolloutGenerator:
         if prompts and not isinstance(prompts[0], str):  # chat messages: the batch keeps their text
             prompts = [self.tokenizer.decode(r.prompt_ids) for r in requests]
         num_tokens = int(completion_mask.sum())
+        versions = [c.weight_version for c in completions if c.weight_version is not None]
         timing = {
             "rollout/seconds": generation_seconds,
             "rollout/tokens_per_s": num_tokens / max(generation_seconds, 1e-9),
@@ -155,6 +169,7 @@ class RolloutGenerator:
             prompts=prompts,
             completions=texts,
             timing=timing,
+            weight_version=min(versions) if versions else None,
         )
 
     # ----------------------------------------------------------------------- weights
@@ -164,8 +179,17 @@ class RolloutGenerator:
         sync = self.weight_sync
         if sync is None or not (force or sync.due(step)):
             return {}
-        return sync.sync(module, self.engine, step, probe, self.tokenizer)
+        with engine_context(step, getattr(module, "global_rank", 0), "weight sync"):
+            return sync.sync(module, self.engine, step, probe, self.tokenizer)
 
     def close(self) -> None:
         """End of training or an exception: nothing in flight in synchronous generation."""
+
+    def shutdown(self) -> None:
+        """Release an engine this generator built (a launched vLLM server stops); an engine
+        handed in stays up. The CLI calls it when a run ends; an exception in fit calls it too."""
+        self.close()
+        if self._owns_engine and hasattr(self.engine, "close"):
+            self.engine.close()
+            self.engine, self._owns_engine = None, False
 
