@@ -63,6 +63,12 @@ def test_resumed_run_generates_the_same_completions_and_weights(tmp_path, config
     assert windows == [6, 6]
     assert resumed.module.counters == straight.module.counters
 
+    # the finished run asked for 2 more steps trains them (Lightning alone would stop at once)
+    last = checkpoints_in(tmp_path / "a")[-1]
+    assert last.name == "step_00000006.ckpt"
+    more, trainer, later = train(config(config_factory, tmp_path, "a", 8, **{"trainer.resume": "auto"}))
+    assert trainer.global_step == 8 and sorted(later.completions) == [6, 7]
+
 
 def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_model(tmp_path, capsys, config_factory):
     class Terminate(L.Callback):
