@@ -48,7 +48,8 @@ def train(cfg, *callbacks):
 
 
 def test_resumed_run_generates_the_same_completions_and_weights(tmp_path, config_factory):
-    straight, _, seen = train(config(config_factory, tmp_path, "a"))
+    straight, _, seen = train(config(config_factory, tmp_path, "a", **{"trainer.export_every_n_steps": 3}))
+    assert sorted(p.name for p in (tmp_path / "a" / "hf").iterdir()) == ["final", "step_3", "step_6"]
     first = checkpoints_in(tmp_path / "a")[0]
     assert first.name == "step_00000003.ckpt"
     resumed, trainer, again = train(config(config_factory, tmp_path, "b", **{"trainer.resume": str(first)}))
