@@ -14,6 +14,7 @@ from pathlib import Path
 
 from torch import nn
 from transformers import PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 
 def export_hf(policy: nn.Module, tokenizer: PreTrainedTokenizerBase, folder: str | Path) -> Path:
@@ -22,7 +23,15 @@ def export_hf(policy: nn.Module, tokenizer: PreTrainedTokenizerBase, folder: str
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = folder.parent / f".{folder.name}.tmp{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    policy.save_pretrained(staging, safe_serialization=True)  # config, weights, generation config
+    # No progress bar: one line of noise per export, and inside a Jupyter kernel tqdm's
+    # write can recurse until the export fails (seen in notebooks/quickstart.ipynb).
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        policy.save_pretrained(staging, safe_serialization=True)  # config, weights, generation config
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(staging)
     generation = getattr(policy, "generation_config", None)
     if generation is not None and not (staging / "generation_config.json").exists():
