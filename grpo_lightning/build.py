@@ -19,6 +19,7 @@ from grpo_lightning.callbacks import CompletionsTable, HealthMonitor, TrainingSu
 from grpo_lightning.checkpointing import RunCheckpoints, resume_path
 from grpo_lightning.config import TrainConfig, validate_config
 from grpo_lightning.data import PromptDataModule
+from grpo_lightning.data.files import max_prompt_tokens, prompt_check
 from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.data.tasks import task_records
 from grpo_lightning.models import load_policy
@@ -79,12 +80,14 @@ class Run:
 
 
 def build_datamodule(cfg: TrainConfig) -> PromptDataModule:
-    check = None
-    if cfg.task.name == "dataset":  # your own prompts: vetted with the tokenizer, before the model loads
-        from grpo_lightning.data.files import prompt_check
-
-        check = prompt_check(cfg)
+    # Every task's prompts are vetted with the tokenizer before the model loads: characters it
+    # cannot encode, prompts that leave no room for the completion (task=dataset names the row
+    # of its file; the built-in tasks are checked as generated).
+    check = prompt_check(cfg)
     train, val = task_records(cfg.task, check)
+    if check is not None and cfg.task.name != "dataset":
+        check(train, f"task={cfg.task.name} (training prompts)")
+        check(val, f"task={cfg.task.name} (held-out prompts)")
     if cfg.task.correctness_reward is None:  # nothing defines "correct": no held-out evaluation
         val = []
     batches = -(-cfg.trainer.max_steps // cfg.algorithm.num_iterations)
@@ -196,7 +199,9 @@ def build_run(
         sampling=SamplingSettings(r.max_new_tokens, r.temperature, r.top_p, r.top_k),
         seed=cfg.trainer.seed,
         formatter=PromptFormatter(
-            tokenizer, cfg.task.system_prompt, cfg.task.instruction, use_chat_template=cfg.task.chat_template
+            tokenizer, cfg.task.system_prompt, cfg.task.instruction, use_chat_template=cfg.task.chat_template,
+            max_tokens=max_prompt_tokens(getattr(policy.config, "max_position_embeddings", None), cfg)
+            if cfg.task.truncate_prompts else None,
         ),
         weight_sync=WeightSync(v.sync_every, v.verify_sync, v.verify_tolerance),
         **extra,

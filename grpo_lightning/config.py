@@ -86,6 +86,7 @@ class TaskConfig:
     size: int = _f(1000, "reasoning_gym: problems generated (train + validation); gsm: at most this many of the 100 questions.")
     system_prompt: Optional[str] = _f(None, "System message put before each prompt by the chat template; null keeps the tokenizer's default.")
     instruction: str = _f("", "Text appended to every question, e.g. how to format the answer; empty adds nothing.")
+    truncate_prompts: bool = _f(False, "Keep the last (context - rollout.max_new_tokens) tokens of a prompt that is longer, and report how many were cut; false stops with an error naming the row.")
     chat_template: bool = _f(True, "Wrap prompts in the tokenizer's chat template when it has one (instruction-tuned models).")
     max_completion_chars: int = _f(0, "length_penalty: completions longer than this many characters lose reward; 0 turns it off.")
     path: Optional[str] = _f(None, "dataset: the training prompts, a .jsonl, .json, .parquet or .csv file or a folder written by datasets.Dataset.save_to_disk (read with Hugging Face datasets).")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from torch import nn
 from transformers import PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 from grpo_lightning.models.lora import is_peft_model, save_adapter, save_merged
 
@@ -34,9 +35,17 @@ def export_hf(
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = folder.parent / f".{folder.name}.tmp{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    save_merged(policy, staging, state=state)  # config, weights, generation config
-    if is_peft_model(policy):
-        save_adapter(policy, staging / ADAPTER_FOLDER, state=state)
+    # No progress bar: one line of noise per export, and inside a Jupyter kernel tqdm's
+    # write can recurse until the export fails (seen in notebooks/quickstart.ipynb).
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        save_merged(policy, staging, state=state)  # config, weights, generation config
+        if is_peft_model(policy):
+            save_adapter(policy, staging / ADAPTER_FOLDER, state=state)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(staging)
     generation = getattr(policy, "generation_config", None)
     if generation is not None and not (staging / "generation_config.json").exists():

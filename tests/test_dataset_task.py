@@ -194,7 +194,9 @@ def test_every_reasoning_gym_dataset_in_the_readme_builds_from_the_cli_config(da
     from grpo_lightning.train import CONF_DIR, to_train_config
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        overrides = ["trainer.output_dir=out", "task=reasoning_gym", f"task.dataset={dataset}", "task.size=40"]
+        # As the README runs them: with SmolLM2 (the tiny model's alphabet cannot write these
+        # prompts, and the prompt check says so before any model loads).
+        overrides = ["trainer.output_dir=out", "model=smollm2_135m", "task=reasoning_gym", f"task.dataset={dataset}", "task.size=40"]
         cfg = to_train_config(compose(config_name="train", overrides=overrides))
     dm = build_datamodule(cfg)
     assert dm.train_records and all(r["entry"]["metadata"]["source_dataset"] == dataset for r in dm.train_records)
@@ -209,3 +211,28 @@ def test_reasoning_gym_unknown_dataset_or_option_lists_the_valid_ones():
         dataset_options("chain_sum", {"operators": ["+"]})
     assert dataset_options("basic_arithmetic", {"max_terms": 3})["max_terms"] == 3
     assert dataset_options("countdown") == {}
+
+
+def test_long_prompts_are_cut_to_their_last_tokens_when_asked(tmp_path):
+    """task.truncate_prompts: the count is reported and the generator sees the last tokens."""
+    from grpo_lightning.build import build_run
+
+    rows = [{"prompt": "1" * 125 + "2+3=", "answer": "5"}] + ROWS
+    path = write_jsonl(tmp_path / "p.jsonl", rows)
+    cfg = dataset_config(path, truncate_prompts=True)
+    cfg.algorithm.micro_batch_size = 8
+    with pytest.warns(UserWarning, match=r"1 of 5 prompts are longer than the model's context minus rollout.max_new_tokens \(124 tokens\); task.truncate_prompts=true keeps their last 124 tokens"):
+        run = build_run(cfg)
+    ids = run.module.rollout.tokenize_prompt(rows[0]["prompt"])
+    assert len(ids) == 124 and run.tokenizer.decode(ids).endswith("2+3=")
+
+
+def test_every_task_is_checked_against_the_tokenizer(monkeypatch):
+    """The built-in tasks go through the same check: a character outside the tiny model's
+    alphabet stops the run before the model loads instead of becoming padding."""
+    from grpo_lightning.config import TrainConfig
+
+    cfg = TrainConfig()
+    cfg.model.tiny.alphabet = "0123456789=? "  # no '+': the sums cannot be written
+    with pytest.raises(DataError, match=r"task=arithmetic \(training prompts\) row 0: the tokenizer cannot encode the characters \['\+'\]"):
+        build_datamodule(cfg)

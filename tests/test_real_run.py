@@ -2,7 +2,9 @@
 
 One uninterrupted 20-step run and one killed (SIGKILL) right after its step-10 checkpoint
 then resumed with trainer.resume=auto must end with identical weights in hf/final, which
-transformers loads and generates from. The finished run asked for 4 more steps trains them.
+transformers loads and generates from. A run stopped with Ctrl-C (SIGINT) exits 130 with a
+checkpoint and the model and resumes to the same weights too. (A finished run asked for more
+steps: tests/test_resume.py.)
 """
 
 from __future__ import annotations
@@ -98,8 +100,20 @@ def test_killed_and_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path):
     assert out.shape[1] > ids.shape[1]
     assert tokenizer.decode(ids[0]) == "3+4="
 
-    # a finished run asked for more steps trains them
-    run_cli(tmp_path, "straight", *args, "trainer.resume=auto", "trainer.max_steps=24")
-    assert (tmp_path / "straight" / "checkpoints" / "step_00000024.ckpt").exists()
-    more = weights(tmp_path / "straight")
-    assert max(float((more[k] - straight[k]).abs().max()) for k in more) > 0
+    # Ctrl-C: the run stops after its step with a checkpoint and the model, exits 130, and resumes exactly
+    interrupted = subprocess.Popen(command(tmp_path, "ctrl_c", *args), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = tmp_path / "ctrl_c" / "checkpoints" / "step_00000005.ckpt"
+    while not first.exists() and interrupted.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    interrupted.send_signal(signal.SIGINT)
+    _, err = interrupted.communicate(timeout=120)
+    assert interrupted.returncode == 128 + signal.SIGINT, err[-3000:]
+    stopped = [line for line in err.splitlines() if "stopped by SIGINT after step" in line]
+    assert stopped and "trainer.resume=auto" in stopped[0], err[-3000:]
+    step = int(stopped[0].split("after step ")[1].split(":")[0])
+    assert (tmp_path / "ctrl_c" / "checkpoints" / f"step_{step:08d}.ckpt").exists()
+    assert (tmp_path / "ctrl_c" / "hf" / f"step_{step}" / "model.safetensors").exists()
+    assert not (tmp_path / "ctrl_c" / "hf" / "final").exists()
+    run_cli(tmp_path, "ctrl_c", *args, "trainer.resume=auto")
+    after_ctrl_c = weights(tmp_path / "ctrl_c")
+    assert max(float((straight[k] - after_ctrl_c[k]).abs().max()) for k in straight) == 0.0

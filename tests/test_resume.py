@@ -48,7 +48,8 @@ def train(cfg, *callbacks):
 
 
 def test_resumed_run_generates_the_same_completions_and_weights(tmp_path, config_factory):
-    straight, _, seen = train(config(config_factory, tmp_path, "a"))
+    straight, _, seen = train(config(config_factory, tmp_path, "a", **{"trainer.export_every_n_steps": 3}))
+    assert sorted(p.name for p in (tmp_path / "a" / "hf").iterdir()) == ["final", "step_3", "step_6"]
     first = checkpoints_in(tmp_path / "a")[0]
     assert first.name == "step_00000003.ckpt"
     resumed, trainer, again = train(config(config_factory, tmp_path, "b", **{"trainer.resume": str(first)}))
@@ -62,6 +63,12 @@ def test_resumed_run_generates_the_same_completions_and_weights(tmp_path, config
     windows = [len(r.health.checks[[c.name for c in r.health.checks].index("reward_signal")]._window) for r in (straight, resumed)]
     assert windows == [6, 6]
     assert resumed.module.counters == straight.module.counters
+
+    # the finished run asked for 2 more steps trains them (Lightning alone would stop at once)
+    last = checkpoints_in(tmp_path / "a")[-1]
+    assert last.name == "step_00000006.ckpt"
+    more, trainer, later = train(config(config_factory, tmp_path, "a", 8, **{"trainer.resume": "auto"}))
+    assert trainer.global_step == 8 and sorted(later.completions) == [6, 7]
 
 
 def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_model(tmp_path, capsys, config_factory):

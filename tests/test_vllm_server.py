@@ -194,3 +194,16 @@ def test_a_connection_the_server_dropped_unanswered_is_retried_once():
             client.call("GET", "/weight_info", "GET /weight_info")
         client.close()
         stub.shutdown()
+
+
+def test_tied_weights_are_written_for_a_reload(tmp_path):
+    """Regression: SmolLM2 ties lm_head to embed_tokens and safetensors refused the shared
+    tensors, so the first sync into a server failed."""
+    from safetensors.torch import load_file
+
+    from grpo_lightning.rollout.vllm_server import save_weights_folder
+
+    embed = torch.randn(5, 3)
+    folder = save_weights_folder([("model.embed_tokens.weight", embed), ("lm_head.weight", embed)], str(tmp_path))
+    loaded = load_file(f"{folder}/model.safetensors")
+    assert torch.equal(loaded["lm_head.weight"], embed) and torch.equal(loaded["model.embed_tokens.weight"], embed)

@@ -105,9 +105,11 @@ def dataset_records(task: TaskConfig, check=None) -> tuple[list[dict], list[dict
     return [train[i] for i in order[num_val:]], [train[i] for i in order[:num_val]]
 
 
-def check_prompts(records: list[dict], formatter, max_prompt_tokens: int, source: str) -> None:
-    """Reject prompts the tokenizer cannot encode or that leave no room for the completion."""
+def check_prompts(records: list[dict], formatter, max_prompt_tokens: int, source: str, truncate: bool = False) -> int:
+    """Reject prompts the tokenizer cannot encode or that leave no room for the completion;
+    with ``truncate`` count the long ones instead (the formatter cuts them). Returns that count."""
     tokenizer = formatter.tokenizer
+    too_long = 0
     unk = tokenizer.unk_token_id
     char_ok: dict[str, bool] = {}
     for row, record in enumerate(records):
@@ -123,15 +125,18 @@ def check_prompts(records: list[dict], formatter, max_prompt_tokens: int, source
                     f"model.tiny.alphabet)"
                 )
         try:
-            length = len(formatter(prompt))
+            length = len(formatter.untruncated(prompt))
         except ValueError as err:  # e.g. chat messages for a tokenizer without a chat template
             raise DataError(f"{source} row {row}: {err}") from err
-        if length > max_prompt_tokens:
+        if length > max_prompt_tokens and not truncate:
             raise DataError(
                 f"{source} row {row}: the prompt {_short(prompt)} is {length} tokens, more than the model's "
                 f"context minus rollout.max_new_tokens ({max_prompt_tokens}); shorten or drop it, lower "
-                f"rollout.max_new_tokens, or use a model with a longer context"
+                f"rollout.max_new_tokens, use a model with a longer context, or set task.truncate_prompts=true "
+                f"to keep the last {max_prompt_tokens} tokens of such prompts"
             )
+        too_long += length > max_prompt_tokens
+    return too_long
 
 
 def _encodable(tokenizer, char: str, unk: int, cache: dict[str, bool]) -> bool:
@@ -145,9 +150,17 @@ def _short(prompt) -> str:
     return repr(text[:60] + ("..." if len(text) > 60 else ""))
 
 
+def max_prompt_tokens(context: int | None, cfg) -> int:
+    """The longest prompt that leaves room for ``rollout.max_new_tokens`` in the model's context."""
+    return (context or 1 << 30) - cfg.rollout.max_new_tokens
+
+
 def prompt_check(cfg):
-    """``check(records, source)`` for :func:`dataset_records`: the tokenizer and context of
-    ``cfg.model`` (loaded without the weights) against every prompt; None if no tokenizer loads."""
+    """``check(records, source)``: the tokenizer and context of ``cfg.model`` (loaded without
+    the weights) against every prompt of every task; None if no tokenizer loads. With
+    ``task.truncate_prompts`` it says how many prompts will be cut instead of stopping."""
+    from lightning.pytorch.utilities import rank_zero_warn
+
     from grpo_lightning.data.prompting import PromptFormatter
     from grpo_lightning.models.loading import load_tokenizer
 
@@ -156,5 +169,14 @@ def prompt_check(cfg):
         return None
     t = cfg.task
     formatter = PromptFormatter(tokenizer, t.system_prompt, t.instruction, use_chat_template=t.chat_template)
-    limit = (context or 1 << 30) - cfg.rollout.max_new_tokens
-    return lambda records, source: check_prompts(records, formatter, limit, source)
+    limit = max_prompt_tokens(context, cfg)
+
+    def check(records: list[dict], source: str) -> None:
+        cut = check_prompts(records, formatter, limit, source, truncate=t.truncate_prompts)
+        if cut:
+            rank_zero_warn(
+                f"{source}: {cut} of {len(records)} prompts are longer than the model's context minus "
+                f"rollout.max_new_tokens ({limit} tokens); task.truncate_prompts=true keeps their last {limit} tokens"
+            )
+
+    return check

@@ -26,8 +26,12 @@ class PromptFormatter:
         system_prompt: str | None = None,
         instruction: str = "",
         use_chat_template: bool = True,
+        max_tokens: int | None = None,
     ):
         self.tokenizer = tokenizer
+        # Keep only the last max_tokens ids of a longer prompt (task.truncate_prompts): the end
+        # holds the question's last words and the assistant header the model answers after.
+        self.max_tokens = max_tokens
         self.system_prompt = system_prompt
         self.instruction = instruction
         self.uses_chat_template = bool(use_chat_template and getattr(tokenizer, "chat_template", None))
@@ -57,6 +61,10 @@ class PromptFormatter:
         return self.tokenizer.apply_chat_template(self._messages(question), tokenize=False, add_generation_prompt=True)
 
     def __call__(self, question: str | list[dict]) -> list[int]:
+        ids = self.untruncated(question)
+        return ids[-self.max_tokens :] if self.max_tokens is not None and len(ids) > self.max_tokens else ids
+
+    def untruncated(self, question: str | list[dict]) -> list[int]:
         if isinstance(question, str) and not self.uses_chat_template:
             return self.tokenizer(self.user_text(question), add_special_tokens=True)["input_ids"]
         # The template already holds every special token: tokenize without adding more.

@@ -21,6 +21,12 @@ class ResumableLoader:
         self.position = position
         self._skip = 0
 
+    def __getattr__(self, name: str):
+        """Everything else is the wrapped loader's (``sampler``, ``dataset``, ``batch_size``)."""
+        if name == "loader":  # not set yet (e.g. while unpickling)
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
     def __len__(self) -> int:
         return len(self.loader)
 

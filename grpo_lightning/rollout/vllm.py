@@ -238,12 +238,11 @@ class VLLMEngine:
         return time.perf_counter() - start
 
     def _write_folder(self, snapshot: list[tuple[str, torch.Tensor]]) -> str:
-        from safetensors.torch import save_file
+        from grpo_lightning.rollout.vllm_server import save_weights_folder
 
         if self._sync_dir is None:
             self._sync_dir = tempfile.TemporaryDirectory(prefix="grpo-vllm-sync-")
-        save_file({name: t.cpu().contiguous() for name, t in snapshot}, os.path.join(self._sync_dir.name, "model.safetensors"))
-        return self._sync_dir.name
+        return save_weights_folder(snapshot, self._sync_dir.name)
 
     def close(self) -> None:
         """Finish queued work, stop an out-of-process engine core, stop the worker thread.

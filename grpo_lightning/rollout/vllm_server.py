@@ -84,6 +84,26 @@ class ServerSettings:
         return (self.url or f"http://{self.host}:{self.port}").rstrip("/")
 
 
+def save_weights_folder(named_tensors, folder: str) -> str:
+    """Write ``named_tensors`` as ``folder/model.safetensors`` for vLLM to reload.
+
+    Tensors that share memory (tied input and output embeddings, as in SmolLM2) are written
+    as copies: safetensors refuses shared tensors, and vLLM reads each name it needs.
+    """
+    from safetensors.torch import save_file
+
+    seen: set[int] = set()
+    tensors = {}
+    for name, tensor in named_tensors:
+        tensor = tensor.detach().cpu().contiguous()
+        pointer = tensor.untyped_storage().data_ptr()
+        tensors[name] = tensor.clone() if pointer in seen else tensor
+        seen.add(pointer)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    save_file(tensors, os.path.join(folder, "model.safetensors"))
+    return folder
+
+
 def _rank() -> int:
     return torch.distributed.get_rank() if torch.distributed.is_available() and torch.distributed.is_initialized() else 0
 
@@ -344,11 +364,7 @@ class VLLMServerEngine:
         return time.perf_counter() - start
 
     def _push(self, named_tensors, version: int) -> None:
-        from safetensors.torch import save_file
-
-        folder = self.settings.sync_dir or self._sync_dir.name
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        save_file({n: t.detach().cpu().contiguous() for n, t in named_tensors}, os.path.join(folder, "model.safetensors"))
+        folder = save_weights_folder(named_tensors, self.settings.sync_dir or self._sync_dir.name)
         rpc = {"method": "reload_weights", "kwargs": {"weights_path": folder}}
         self.client.call(
             "POST", "/collective_rpc", "the weight reload", json=rpc,
