@@ -52,7 +52,7 @@ class LoraModelConfig:
     rank: int = _f(0, "LoRA rank r of the adapters (peft); 0 turns LoRA off and trains every weight.")
     alpha: float = _f(32.0, "LoRA alpha: the adapters' update is scaled by alpha / rank.")
     dropout: float = _f(0.0, "Dropout on the adapters' input, in [0, 1).")
-    target_modules: list[str] = _f([], "Module names that get adapters (e.g. [q_proj, v_proj]); empty: the attention and MLP projections of the architecture (peft's table for known ones, else every nn.Linear but the output head).")
+    target_modules: list[str] = _f([], "Module names that get adapters (e.g. [q_proj, v_proj]); empty: the attention and MLP projections of the architecture (peft's 'all-linear': every nn.Linear but the output head).")
     config_file: Optional[str] = _f(None, "A PEFT LoRA config (an adapter_config.json, or a folder holding one) used instead of rank / alpha / dropout / target_modules.")
 
 
