@@ -19,6 +19,7 @@ from grpo_lightning.algorithm import (
     LOSS_AGG_MODES,
     POLICY_LOSSES,
 )
+from grpo_lightning.algorithm.lr_schedule import LR_SCHEDULES
 
 ENGINES = ("hf", "vllm")
 ROLLOUT_MODES = ("sync", "async")
@@ -125,6 +126,11 @@ class AlgorithmConfig:
     logprob_chunk_mb: float = _f(96.0, "Memory budget (MB) of the float32 logits that exist at once in the log-prob computation; token positions go through the output head in chunks that fit it.")
     is_level: str = _f("none", f"Truncated importance sampling between engine and trainer log-probs, one of {IS_LEVELS}; corrects off-policy (async) and engine mismatch.")
     is_cap: float = _f(2.0, "Upper bound of the truncated importance weight (> 0).")
+    sapo_tau_pos: float = _f(1.0, "policy_loss=sapo: temperature of the soft gate for positive advantages (> 0).")
+    sapo_tau_neg: float = _f(1.05, "policy_loss=sapo: temperature of the soft gate for negative advantages (> 0; above tau_pos damps negative updates faster).")
+    entropy_coef: float = _f(0.0, "Entropy bonus: loss -= entropy_coef x aggregate(per-token entropy), aggregated like the other terms; 0 turns it off.")
+    lr_schedule: str = _f("constant", f"Learning-rate schedule after the linear warm-up (warmup_steps), one of {LR_SCHEDULES}; linear and cosine decay to 0 at trainer.max_steps.")
+    mask_truncated: bool = _f(False, "Drop completions cut at rollout.max_new_tokens (no EOS) from the loss (DAPO's overlong filtering).")
 
 
 @dataclass
@@ -334,6 +340,11 @@ def validate_config(cfg: TrainConfig) -> None:
     _choice(problems, "rollout.mode", r.mode, ROLLOUT_MODES)
     _choice(problems, "algorithm.is_level", a.is_level, IS_LEVELS)
     _check(problems, a.is_cap > 0, f"algorithm.is_cap={a.is_cap} must be > 0")
+    _check(problems, a.sapo_tau_pos > 0, f"algorithm.sapo_tau_pos={a.sapo_tau_pos} must be > 0")
+    _check(problems, a.sapo_tau_neg > 0, f"algorithm.sapo_tau_neg={a.sapo_tau_neg} must be > 0")
+    _check(problems, a.entropy_coef >= 0, f"algorithm.entropy_coef={a.entropy_coef} must be >= 0 (0 turns the bonus off)")
+    _choice(problems, "algorithm.lr_schedule", a.lr_schedule, LR_SCHEDULES)
+    _check(problems, a.warmup_steps >= 0, f"algorithm.warmup_steps={a.warmup_steps} must be >= 0")
     _check(problems, r.max_staleness >= 1, f"rollout.max_staleness={r.max_staleness} must be >= 1")
     _check(problems, r.mode != "async" or r.engine == "vllm", "rollout.mode=async needs rollout.engine=vllm (the HF engine generates with the policy being trained)")
     _check(problems, r.mode != "async" or t.devices == 1, f"rollout.mode=async supports trainer.devices=1 only for now (got {t.devices}): its lookahead prompt loader is not sharded across ranks")
