@@ -191,6 +191,25 @@ class DegenerateCheckConfig:
     min_tokens: int = _f(4, "F3: a completion of at least this many copies of one token (EOS aside) is degenerate.")
     max_degenerate_frac: float = _f(0.5, "F3: alert when more than this fraction of the completions is degenerate.")
     min_entropy: float = _f(1e-3, "F3: alert when the policy's mean per-token entropy (nats) falls below this.")
+    entropy_collapse_ratio: float = _f(0.25, "Also alert when the entropy falls below this fraction of the run's starting entropy while the correctness reward is not above its start.")
+    entropy_baseline_steps: int = _f(5, "Steps whose mean entropy and correctness are the run's start (and the steps the recent correctness is averaged over).")
+
+
+@dataclass
+class RewardHackingCheckConfig:
+    action: str = _f("warn", _ACTION_HELP)
+    patience: int = _f(1, _PATIENCE_HELP)
+    window: int = _f(20, "Steps compared as an early and a late half (training rewards).")
+    min_rise: float = _f(0.1, "A shaping reward component 'rises' when its mean gained more than this (and two standard errors) from the early to the late half.")
+    min_fall: float = _f(0.05, "The correctness component 'falls' when its mean lost more than this (and two standard errors); exactly 0 on every sample of the window counts too.")
+
+
+@dataclass
+class TruncationCheckConfig:
+    action: str = _f("warn", _ACTION_HELP)
+    patience: int = _f(1, _PATIENCE_HELP)
+    window: int = _f(20, "Steps over which the share of cut completions is averaged.")
+    max_clipped_frac: float = _f(0.8, "Alert when more than this share of the completions was cut at rollout.max_new_tokens.")
 
 
 @dataclass
@@ -229,9 +248,14 @@ class HealthConfig:
     no_update: NoUpdateCheckConfig = _f(NoUpdateCheckConfig(), "F4: zero parameter update; KL stuck at exactly zero.")
     reward_signal: RewardSignalCheckConfig = _f(RewardSignalCheckConfig(), "Fraction of groups with zero reward std.")
     normalization: NormalizationCheckConfig = _f(NormalizationCheckConfig(), "F5: one aggregation mode and normalizer for every loss term.")
+    reward_hacking: RewardHackingCheckConfig = _f(RewardHackingCheckConfig(), "Shaping rewards rising while correctness falls or stays at zero; held-out accuracy below its pre-training value.")
+    truncation: TruncationCheckConfig = _f(TruncationCheckConfig(), "Most completions cut at rollout.max_new_tokens.")
 
 
-HEALTH_CHECKS = ("diversity", "duplicates", "nonfinite", "degenerate", "no_update", "reward_signal", "normalization")
+HEALTH_CHECKS = (
+    "diversity", "duplicates", "nonfinite", "degenerate", "no_update", "reward_signal", "normalization",
+    "reward_hacking", "truncation",
+)
 
 
 def _validate_health(problems: list[str], h: HealthConfig) -> None:
@@ -246,6 +270,11 @@ def _validate_health(problems: list[str], h: HealthConfig) -> None:
         _check(problems, 0 <= check.min_excess_frac < 1, f"health.{name}.min_excess_frac={check.min_excess_frac} must be in [0, 1)")
     _check(problems, h.reward_signal.window >= 1, f"health.reward_signal.window={h.reward_signal.window} must be >= 1")
     _check(problems, 0 <= h.reward_signal.max_stuck_frac <= 1, f"health.reward_signal.max_stuck_frac={h.reward_signal.max_stuck_frac} must be in [0, 1]")
+    _check(problems, 0 < h.degenerate.entropy_collapse_ratio < 1, f"health.degenerate.entropy_collapse_ratio={h.degenerate.entropy_collapse_ratio} must be in (0, 1)")
+    _check(problems, h.degenerate.entropy_baseline_steps >= 1, f"health.degenerate.entropy_baseline_steps={h.degenerate.entropy_baseline_steps} must be >= 1")
+    for name in ("reward_hacking", "truncation"):
+        _check(problems, getattr(h, name).window >= 2, f"health.{name}.window={getattr(h, name).window} must be >= 2")
+    _check(problems, 0 <= h.truncation.max_clipped_frac < 1, f"health.truncation.max_clipped_frac={h.truncation.max_clipped_frac} must be in [0, 1)")
     _check(problems, h.degenerate.min_tokens >= 2, f"health.degenerate.min_tokens={h.degenerate.min_tokens} must be >= 2")
     _check(problems, h.no_update.tracked_per_tensor >= 1, f"health.no_update.tracked_per_tensor={h.no_update.tracked_per_tensor} must be >= 1")
 
@@ -268,7 +297,7 @@ class TrainConfig:
     algorithm: AlgorithmConfig = _f(AlgorithmConfig(), "The GRPO objective and optimizer.")
     trainer: TrainerConfig = _f(TrainerConfig(), "The Lightning Trainer.")
     logger: LoggerConfig = _f(LoggerConfig(), "Metrics logging.")
-    health: HealthConfig = _f(HealthConfig(), "The health monitor: one check per failure (F1-F5, described in docs/failure_modes.md), each with thresholds, patience and an action.")
+    health: HealthConfig = _f(HealthConfig(), "The health monitor: one check per failure (F1-F7, described in docs/failure_modes.md), each with thresholds, patience and an action.")
     eval: EvalConfig = _f(EvalConfig(), "Held-out evaluation: val/accuracy (greedy) and val/pass@k.")
 
 
