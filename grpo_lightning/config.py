@@ -73,6 +73,7 @@ class TaskConfig:
     instruction: str = _f("", "Text appended to every question, e.g. how to format the answer; empty adds nothing.")
     chat_template: bool = _f(True, "Wrap prompts in the tokenizer's chat template when it has one (instruction-tuned models).")
     max_completion_chars: int = _f(0, "length_penalty: completions longer than this many characters lose reward; 0 turns it off.")
+    overlong_buffer_tokens: int = _f(0, "overlong_penalty (DAPO's soft overlong punishment): the penalty falls from 0 to -1 over the last this many tokens of rollout.max_new_tokens; 0 takes a fifth of max_new_tokens (DAPO's 4096 of 20480).")
 
 
 @dataclass
@@ -101,6 +102,8 @@ class RolloutConfig:
     mode: str = _f("sync", f"One of {ROLLOUT_MODES}. async (vllm only) generates the next batches in the background while the module trains (off-policy by max_staleness steps).")
     max_staleness: int = _f(1, "async: how many generation batches run ahead of training (each is that many optimizer steps stale).")
     vllm: VLLMConfig = _f(VLLMConfig(), "vLLM engine settings (rollout.engine=vllm).")
+    dynamic_sampling: bool = _f(False, "DAPO's dynamic sampling: drop groups whose rewards are all equal (no signal) and generate more prompts, drawn reproducibly from the training records, until the batch holds prompts_per_step informative groups.")
+    max_sampling_rounds: int = _f(3, "dynamic_sampling: generation rounds per step at most (1 = the loader's prompts only); a batch still short after them is topped up with tied groups.")
     progress_min_tokens: int = _f(32, "Show a per-token progress bar for rollouts with max_new_tokens >= this (long, slow ones); 0 never.")
 
 
@@ -334,6 +337,11 @@ def validate_config(cfg: TrainConfig) -> None:
     _check(problems, bool(cfg.task.rewards), "task.rewards is empty; name at least one reward function")
     _choice(problems, "task.correctness_reward", cfg.task.correctness_reward, tuple(sorted(REWARD_FUNCTIONS)))
     _check(problems, cfg.task.size >= 1, f"task.size={cfg.task.size} must be >= 1")
+    _check(
+        problems, 0 <= cfg.task.overlong_buffer_tokens <= r.max_new_tokens,
+        f"task.overlong_buffer_tokens={cfg.task.overlong_buffer_tokens} must be in [0, rollout.max_new_tokens="
+        f"{r.max_new_tokens}] (0 = a fifth of the budget)",
+    )
     _check(problems, cfg.task.max_completion_chars >= 0, f"task.max_completion_chars={cfg.task.max_completion_chars} must be >= 0 (0 = off)")
     e = cfg.eval
     _check(problems, e.every_n_steps >= 0, f"eval.every_n_steps={e.every_n_steps} must be >= 0 (0 = at the end only)")
@@ -374,6 +382,8 @@ def validate_config(cfg: TrainConfig) -> None:
     _check(problems, a.entropy_coef >= 0, f"algorithm.entropy_coef={a.entropy_coef} must be >= 0 (0 turns the bonus off)")
     _choice(problems, "algorithm.lr_schedule", a.lr_schedule, LR_SCHEDULES)
     _check(problems, a.warmup_steps >= 0, f"algorithm.warmup_steps={a.warmup_steps} must be >= 0")
+    _check(problems, r.max_sampling_rounds >= 1, f"rollout.max_sampling_rounds={r.max_sampling_rounds} must be >= 1")
+    _check(problems, not r.dynamic_sampling or r.mode == "sync", "rollout.dynamic_sampling=true needs rollout.mode=sync (async generation queues its batches before their rewards are known)")
     _check(problems, r.max_staleness >= 1, f"rollout.max_staleness={r.max_staleness} must be >= 1")
     _check(problems, r.mode != "async" or r.engine == "vllm", "rollout.mode=async needs rollout.engine=vllm (the HF engine generates with the policy being trained)")
     _check(problems, r.mode != "async" or t.devices == 1, f"rollout.mode=async supports trainer.devices=1 only for now (got {t.devices}): its lookahead prompt loader is not sharded across ranks")
