@@ -98,9 +98,8 @@ def clipped_surrogate(
     """
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
-    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
-    log_ratio = (logp - old_logp.detach()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
+    adv = _per_token(advantages)
+    ratio = _token_ratio(logp, old_logp)
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * adv
     loss = -torch.minimum(unclipped, clipped)
@@ -129,6 +128,16 @@ def grpo_loss(inputs: PolicyLossInputs, cfg: Any) -> PolicyLossOutput:
     )
 
 
+def _per_token(advantages: torch.Tensor) -> torch.Tensor:
+    """Sequence advantages [B] as [B, 1], to broadcast over the tokens."""
+    return advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+
+
+def _token_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
+    """pi / pi_old per token, the log-ratio clamped to +-LOG_RATIO_CLAMP before exp."""
+    return torch.exp((logp - old_logp.detach()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+
+
 def _sequence_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """[B, T] -> [B]: the mean over each sequence's tokens in ``mask`` (0 for a sequence with none)."""
     return (values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
@@ -151,7 +160,7 @@ def gspo_loss(inputs: PolicyLossInputs, cfg: Any) -> PolicyLossOutput:
 
     F5 identity: holds. At ratio 1 every ``s_i,t`` is exactly 1, so ``loss_t = -A_i``.
     """
-    adv = inputs.advantages.unsqueeze(-1) if inputs.advantages.dim() == 1 else inputs.advantages
+    adv = _per_token(inputs.advantages)
     mask = inputs.token_mask.to(inputs.logp.dtype)
     seq_log_ratio = _sequence_mean(inputs.logp.detach() - inputs.old_logp.detach(), mask)
     seq_log_ratio = seq_log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
@@ -186,9 +195,8 @@ def cispo_loss(inputs: PolicyLossInputs, cfg: Any) -> PolicyLossOutput:
 
     F5 identity: holds. At ratio 1 the weight is 1 and ``loss_t = -A``.
     """
-    adv = inputs.advantages.unsqueeze(-1) if inputs.advantages.dim() == 1 else inputs.advantages
-    log_ratio = (inputs.logp - inputs.old_logp.detach()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
+    adv = _per_token(inputs.advantages)
+    ratio = _token_ratio(inputs.logp, inputs.old_logp)
     ratio_d = ratio.detach()
     weight = ratio_d.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
     loss = -adv * (weight / ratio_d) * ratio
@@ -219,9 +227,8 @@ def sapo_loss(inputs: PolicyLossInputs, cfg: Any) -> PolicyLossOutput:
     F5 identity: does not hold. At ratio 1 the value is ``-(2 / tau) * A``, not ``-A``
     (the gradient still equals GRPO's there).
     """
-    adv = inputs.advantages.unsqueeze(-1) if inputs.advantages.dim() == 1 else inputs.advantages
-    log_ratio = (inputs.logp - inputs.old_logp.detach()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
+    adv = _per_token(inputs.advantages)
+    ratio = _token_ratio(inputs.logp, inputs.old_logp)
     tau = torch.where(adv > 0, cfg.sapo_tau_pos, cfg.sapo_tau_neg).to(ratio.dtype)
     gate = (4.0 / tau) * torch.sigmoid(tau * (ratio - 1.0))
     loss = -gate * adv
