@@ -145,6 +145,18 @@ def test_entropy_bonus_is_a_separate_term_with_its_gradient(policy, rollout):
         assert torch.allclose(diff, -0.5 * expected[name], rtol=1e-3, atol=1e-6), name
 
 
+@pytest.mark.parametrize("mode", ["token_mean", "seq_mean_token_mean"])
+def test_entropy_bonus_accumulates_exactly(policy, rollout, mode):
+    """F4 with the entropy term: 1 micro-batch of 16 == 16 of 1."""
+    settings = dict(loss_agg=mode, beta=0.1, entropy_coef=0.3)
+    whole, whole_stats = gradients(policy, rollout, micro_batch_size=16, **settings)
+    split, split_stats = gradients(policy, rollout, micro_batch_size=1, **settings)
+    for name in whole:
+        scale = whole[name].abs().max().clamp(min=1e-8)
+        assert (whole[name] - split[name]).abs().max() / scale < 1e-5, name
+    assert split_stats.loss == pytest.approx(whole_stats.loss, abs=1e-6)
+
+
 def test_lr_schedules():
     assert [lr_factor(s, "constant", 2, 10) for s in range(4)] == pytest.approx([1 / 3, 2 / 3, 1, 1])
     assert [lr_factor(s, "linear", 2, 10) for s in (2, 6, 10)] == pytest.approx([1.0, 0.5, 0.0])
@@ -155,7 +167,7 @@ def test_lr_schedules():
         lr_factor(0, "step", 0, 4)
 
 
-@pytest.mark.parametrize("loss", ["gspo", "cispo", "sapo"])
+@pytest.mark.parametrize("loss", ["grpo", "gspo", "cispo", "sapo"])
 def test_short_run_of_each_loss_keeps_the_f5_check_quiet(loss):
     """A short run with the loss, an entropy bonus, cosine decay and a non-trivial normalizer
     (token_mean): no alert; the F5 value check runs exactly when the loss declares the identity."""
