@@ -194,7 +194,7 @@ class DegenerateCheckConfig:
     min_tokens: int = _f(4, "F3: a completion of at least this many copies of one token (EOS aside) is degenerate.")
     max_degenerate_frac: float = _f(0.5, "F3: alert when more than this fraction of the completions is degenerate.")
     min_entropy: float = _f(1e-3, "F3: alert when the policy's mean per-token entropy (nats) falls below this.")
-    entropy_collapse_ratio: float = _f(0.25, "Also alert when the entropy falls below this fraction of the run's starting entropy while the correctness reward is not above its start.")
+    entropy_collapse_ratio: float = _f(0.25, "Also alert when the entropy falls below this fraction of the run's starting entropy while the correctness reward (recent steps) fell below its start by more than two standard errors or is 0.")
     entropy_baseline_steps: int = _f(5, "Steps whose mean entropy and correctness are the run's start (and the steps the recent correctness is averaged over).")
 
 

@@ -47,18 +47,18 @@ def test_shaping_learned_while_correctness_stays_zero_alerts_with_entropy_collap
     # the entropy fell from ~2.9 nats to ~0.6: far above the absolute 1e-3, caught relative to the start
     [collapse] = run.health.alerts_for("degenerate")
     assert "The entropy fell to" in collapse.evidence and "of the run's start" in collapse.evidence
-    assert "while the correctness reward did not improve" in collapse.evidence
+    assert "while the correctness reward fell or stayed at zero" in collapse.evidence
     assert run.health.last_metrics["health/degenerate/entropy"] > 1e-3
 
 
-def test_no_reward_hacking_alert_when_correctness_rises_with_the_shaping():
-    """The same easy shaping, but correctness is 'starts with 7' too: learning both is no hack."""
-    run = hacking_run(24, **{"task.rewards": {"test_starts_with_seven": 1.0, "arithmetic_close": 0.5},
+def test_no_reward_hacking_or_entropy_alert_when_correctness_is_what_rises():
+    """The same dynamics, but 'starts with 7' is the correctness reward (and the other component
+    never moves): the entropy collapses just as far, yet the policy is solving its task."""
+    run = hacking_run(24, **{"task.rewards": {"test_starts_with_seven": 1.0, "test_impossible": 0.0},
                              "task.correctness_reward": "test_starts_with_seven"})
+    assert run.health.last_metrics["health/degenerate/entropy_vs_start"] < 0.25
     assert run.health.alerts_for("reward_hacking") == []
-    assert run.health.alerts_for("degenerate") == [] or all(
-        "The entropy fell to" not in a.evidence for a in run.health.alerts_for("degenerate")
-    )
+    assert all("The entropy fell to" not in a.evidence for a in run.health.alerts_for("degenerate"))
 
 
 def test_truncation_alert_and_reward_signal_names_it():
