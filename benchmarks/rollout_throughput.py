@@ -1,4 +1,4 @@
-"""Rollout throughput and async gain: HF ``generate`` vs vLLM on the tiny policy.
+"""Rollout throughput and async gain: HF ``generate`` vs vLLM (in process, and a server) on the tiny policy or SmolLM2.
 
 Baselines, all on the same machine and the same policy (tiny in-code Llama, float32):
 
@@ -6,14 +6,18 @@ Baselines, all on the same machine and the same policy (tiny in-code Llama, floa
    HF engine (per-sample seeded sampling inside ``generate``) vs the vLLM engine (one seeded
    request per sample), same prompts and seeds; a warm-up batch each, then the median of
    ``--repeats`` batches, the two engines interleaved so machine load hits both alike;
+   With ``--server`` a launched vLLM server (``rollout.vllm.server.launch``, the engine every
+   rank shares under DDP) is measured the same way, requests sent concurrently;
 2. the vLLM engine's start time (folder written, ``LLM`` built) and the seconds of one
-   in-memory weight sync (``reload_weights`` + prefix-cache reset);
+   in-memory weight sync (``reload_weights`` + prefix-cache reset); with ``--server`` the
+   server's start time and the seconds of one sync through it (safetensors folder written,
+   ``/collective_rpc reload_weights``, prefix-cache reset, version set);
 3. the training step time on the default task (``grpo_lightning/conf`` defaults, rollout.engine=vllm) in
    sync mode vs async mode (one step stale), measured from step ``--skip`` on so the engine
    start and the first steps are not counted; ``--rounds`` runs of each mode, alternated.
 
-Usage: ``python benchmarks/rollout_throughput.py [--steps 60] [--threads 1]``; prints a table
-and writes JSON to ``--out`` when given.
+Usage: ``python benchmarks/rollout_throughput.py [--steps 60] [--threads 1] [--server]
+[--model smollm2_135m]``; prints a table and writes JSON to ``--out`` when given.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ import lightning as L
 import torch
 
 from grpo_lightning.build import build_run
-from grpo_lightning.config import TrainConfig
-from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
+from grpo_lightning.config import ModelConfig, TrainConfig
+from grpo_lightning.models import load_policy
 from grpo_lightning.rollout import GenerationRequest, HFEngine, SamplingSettings
 from grpo_lightning.rollout.seeding import group_seeds
 
@@ -103,6 +107,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="where the HF policy runs (cpu or cuda)")
     parser.add_argument("--out-of-process", action="store_true", help="run vLLM's engine core in its own process (weights synced through a safetensors folder)")
+    parser.add_argument("--server", action="store_true", help="also measure a launched vLLM server (the engine shared by DDP ranks)")
+    parser.add_argument("--model", default="tiny", help="model.name_or_path: tiny, smollm2_135m or a local folder")
     parser.add_argument("--no-train", action="store_true", help="skip the sync vs async step-time runs")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -110,20 +116,33 @@ def main() -> None:
 
     from grpo_lightning.rollout.vllm import VLLMEngine, VLLMSettings
 
-    tokenizer = build_char_tokenizer()
-    policy = build_tiny_policy(tokenizer).to(args.device)
+    policy, tokenizer = load_policy(ModelConfig(name_or_path=args.model))
+    policy = policy.to(args.device).eval()
+    max_len = 128 if args.model == "tiny" else 512
     sampling = SamplingSettings(max_new_tokens=args.tokens, temperature=1.0)
     results: dict[str, float] = {}
 
     hf = HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id, batch_size=args.prompts * args.samples)
     start = time.perf_counter()
-    engine = VLLMEngine.from_policy(policy, tokenizer, VLLMSettings(max_model_len=128, in_process=not args.out_of_process))
+    engine = VLLMEngine.from_policy(policy, tokenizer, VLLMSettings(max_model_len=max_len, in_process=not args.out_of_process))
     results["vllm_start_seconds"] = time.perf_counter() - start
-    measured = throughput({"hf": hf, "vllm": engine}, tokenizer, sampling, args.repeats, args.prompts, args.samples)
+    engines = {"hf": hf, "vllm": engine}
+    if args.server:
+        from grpo_lightning.rollout.vllm_server import ServerSettings, VLLMServerEngine
+
+        start = time.perf_counter()
+        engines["server"] = VLLMServerEngine.from_policy(
+            policy, tokenizer, ServerSettings(launch=True, max_model_len=max_len, timeout_s=600)
+        )
+        results["server_start_seconds"] = time.perf_counter() - start
+    measured = throughput(engines, tokenizer, sampling, args.repeats, args.prompts, args.samples)
     for name, r in measured.items():
         results[f"{name}_tokens_per_s"], results[f"{name}_batch_seconds"] = r["tokens_per_s"], r["batch_seconds"]
     syncs = [engine.load_weights(policy.state_dict().items()) for _ in range(5)]
     results["vllm_sync_seconds"] = statistics.median(syncs)
+    if args.server:
+        syncs = [engines["server"].load_weights(policy.state_dict().items(), version=v) for v in range(5)]
+        results["server_sync_seconds"] = statistics.median(syncs)
 
     if not args.no_train:
         # Alternate the modes (sync, async, sync, async, ...) so load changes hit both alike.
@@ -135,10 +154,13 @@ def main() -> None:
         results["train_async_seconds_per_step"] = statistics.median(per_step["async"])
         results["async_speedup"] = results["train_sync_seconds_per_step"] / results["train_async_seconds_per_step"]
 
+    if args.server:
+        engines["server"].close()
     width = max(len(k) for k in results)
     print(f"\nrollout: {args.prompts} prompts x {args.samples} samples x {args.tokens} tokens, "
           f"torch threads {args.threads}, device {args.device}, "
-          f"vLLM {'out of process' if args.out_of_process else 'in process'}")
+          f"model {args.model}, vLLM {'out of process' if args.out_of_process else 'in process'}"
+          f"{' and a launched server' if args.server else ''}")
     for key, value in results.items():
         print(f"{key:<{width}}  {value:10.4f}")
     if args.out:

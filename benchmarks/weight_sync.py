@@ -10,7 +10,10 @@ sync / step. ``verify_sync`` is on, so each sync is also checked (the engine's l
 a probe sequence against the policy's; the largest difference is reported) outside the
 timed reload.
 
-    python benchmarks/weight_sync.py [--model smollm2_135m] [--steps 6] [--skip 1]
+With ``--server`` the engine is a launched vLLM server (``rollout.vllm.server.launch``, the
+engine DDP ranks share) and a sync goes through a safetensors folder and ``/collective_rpc``.
+
+    python benchmarks/weight_sync.py [--model smollm2_135m] [--steps 6] [--skip 1] [--server]
 """
 
 from __future__ import annotations
@@ -63,12 +66,15 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2_135m", help="model.name_or_path (smollm2_135m, tiny or a folder)")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--skip", type=int, default=1, help="first steps left out (engine warm-up)")
-    parser.add_argument("--json", default="benchmarks/results/weight_sync.json")
+    parser.add_argument("--json", default=None, help="default: benchmarks/results/weight_sync[_server].json")
+    parser.add_argument("--server", action="store_true", help="sync into a launched vLLM server instead of the in-process engine")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     cfg = our_config("smollm2", args.model, checkpointing=True, steps=args.steps)
     cfg.rollout.engine, cfg.rollout.vllm.verify_sync = "vllm", True
+    cfg.rollout.vllm.server.launch = args.server
+    args.json = args.json or f"benchmarks/results/weight_sync{'_server' if args.server else ''}.json"
     run = build_run(cfg)
     run.module.rollout.setup(run.module.policy)  # builds the engine, so its weight sync exists
     timer = SyncTimes(run.module.rollout.weight_sync)
@@ -79,9 +85,10 @@ def main() -> None:
     step = statistics.median(s["seconds"] for s in measured)
     sync_s = statistics.median(s["sync_seconds"] for s in measured)
     probe = max(s["probe_diff"] for s in measured if s["probe_diff"] is not None)
-    result = {"model": args.model, "steps_measured": len(measured), "median_step_s": step,
+    run.module.rollout.shutdown()
+    result = {"model": args.model, "engine": "server" if args.server else "in process", "steps_measured": len(measured), "median_step_s": step,
               "median_sync_s": sync_s, "sync_share": sync_s / step, "max_probe_diff": probe, "steps": measured}
-    print(f"model {args.model}, vLLM in process, 4 prompts x 8 generations x 64 tokens, 1 thread")
+    print(f"model {args.model}, vLLM {'server' if args.server else 'in process'}, 4 prompts x 8 generations x 64 tokens, 1 thread")
     print(f"median step {step:.2f} s, median weight sync {sync_s:.3f} s: {100 * sync_s / step:.2f}% of the step; "
           f"largest engine - policy probe log-prob difference after a sync: {probe:.1e}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

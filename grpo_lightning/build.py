@@ -16,6 +16,7 @@ from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from transformers import PreTrainedTokenizerBase
 
 from grpo_lightning.callbacks import CompletionsTable, HealthMonitor, TrainingSummary
+from grpo_lightning.checkpointing import RunCheckpoints, resume_path
 from grpo_lightning.config import TrainConfig, validate_config
 from grpo_lightning.data import PromptDataModule
 from grpo_lightning.data.prompting import PromptFormatter
@@ -48,6 +49,7 @@ class Run:
     logger: Logger | bool
     tokenizer: PreTrainedTokenizerBase
     health: HealthMonitor | None = None
+    checkpoints: RunCheckpoints | None = None  # periodic checkpoints, hf/ export, SIGINT/SIGTERM
 
     @property
     def rollout(self) -> RolloutGenerator:
@@ -75,7 +77,14 @@ class Run:
 
 
 def build_datamodule(cfg: TrainConfig) -> PromptDataModule:
-    train, val = task_records(cfg.task)
+    check = None
+    if cfg.task.name == "dataset":  # your own prompts: vetted with the tokenizer, before the model loads
+        from grpo_lightning.data.files import prompt_check
+
+        check = prompt_check(cfg)
+    train, val = task_records(cfg.task, check)
+    if cfg.task.correctness_reward is None:  # nothing defines "correct": no held-out evaluation
+        val = []
     batches = -(-cfg.trainer.max_steps // cfg.algorithm.num_iterations)
     lookahead = cfg.rollout.max_staleness if cfg.rollout.mode == "async" else 0
     return PromptDataModule(
@@ -95,11 +104,15 @@ def validation_kwargs(cfg: TrainConfig, datamodule: PromptDataModule) -> dict:
 
 
 def fit(run: Run, trainer: L.Trainer, cfg: TrainConfig) -> None:
-    """``Trainer.fit`` with the baseline evaluation before it and a final one if the last step had none."""
+    """``Trainer.fit`` (from ``trainer.resume``'s checkpoint if any) with the baseline evaluation
+    before a fresh run and a final one if the last step had none."""
     has_val = bool(run.datamodule.val_records)
-    if has_val and cfg.eval.before_training:
+    ckpt_path = resume_path(cfg.trainer.resume, cfg.trainer.output_dir)
+    if has_val and cfg.eval.before_training and ckpt_path is None:
         trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
-    trainer.fit(run.module, datamodule=run.datamodule)
+    trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=ckpt_path)
+    if run.checkpoints is not None and run.checkpoints.interrupted is not None:
+        return
     every, batches = cfg.eval.every_n_steps, run.datamodule.num_batches or 0
     if has_val and every > 0 and batches % min(every, batches or every):
         trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
@@ -126,10 +139,21 @@ def build_logger(cfg: TrainConfig, logged_config: dict | None = None) -> Logger 
 def build_engine_factory(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase):
     """``policy -> engine`` for ``rollout.engine``, called by the module's ``setup``."""
     r = cfg.rollout
+    v = r.vllm
+    if r.engine == "vllm" and (v.server.launch or v.server.url is not None):
+        from grpo_lightning.rollout.vllm_server import ServerSettings, VLLMServerEngine
+
+        s = v.server
+        server = ServerSettings(
+            url=s.url, launch=s.launch, host=s.host, port=s.port, timeout_s=s.timeout_s,
+            start_timeout_s=s.start_timeout_s, concurrency=s.concurrency, sync_dir=s.sync_dir, dtype=v.dtype,
+            max_model_len=v.max_model_len, kv_cache_gib=v.kv_cache_gib, enforce_eager=v.enforce_eager,
+            seed=cfg.trainer.seed,
+        )
+        return lambda policy: VLLMServerEngine.from_policy(policy, tokenizer, server)
     if r.engine == "vllm":
         from grpo_lightning.rollout.vllm import VLLMEngine, VLLMSettings
 
-        v = r.vllm
         settings = VLLMSettings(
             in_process=v.in_process, kv_cache_gib=v.kv_cache_gib, gpu_memory_utilization=v.gpu_memory_utilization,
             max_model_len=v.max_model_len, dtype=v.dtype, enforce_eager=v.enforce_eager, seed=cfg.trainer.seed,
@@ -185,7 +209,13 @@ def build_run(
     health = HealthMonitor(cfg.health) if cfg.health.enabled else None
     if health is not None:
         callbacks.append(health)
+    t = cfg.trainer
+    checkpoints = RunCheckpoints(
+        t.output_dir, tokenizer, every_n_steps=t.checkpoint_every_n_steps, keep=t.keep_checkpoints,
+        export_every_n_steps=t.export_every_n_steps,
+    )
+    callbacks.append(checkpoints)
     logger = build_logger(cfg, logged_config)
     if isinstance(logger, WandbLogger) and cfg.logger.table_every_n_steps > 0:
         callbacks.append(CompletionsTable(cfg.logger.table_every_n_steps, cfg.logger.table_rows))
-    return Run(module, datamodule, callbacks, logger, tokenizer, health)
+    return Run(module, datamodule, callbacks, logger, tokenizer, health, checkpoints)

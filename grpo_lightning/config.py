@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 from grpo_lightning.algorithm import (
@@ -24,7 +25,7 @@ from grpo_lightning.algorithm.lr_schedule import LR_SCHEDULES
 ENGINES = ("hf", "vllm")
 ROLLOUT_MODES = ("sync", "async")
 LOGGERS = ("wandb", "csv", "none")
-TASKS = ("arithmetic", "reasoning_gym", "gsm")
+TASKS = ("arithmetic", "reasoning_gym", "gsm", "dataset")
 
 
 def _f(default: Any, help: str) -> Any:
@@ -65,15 +66,31 @@ class TaskConfig:
         {"arithmetic_exact": 0.5, "arithmetic_close": 0.5},
         "Reward function name -> weight; the total reward is the weighted sum.",
     )
-    correctness_reward: str = _f("arithmetic_exact", "The reward function whose score of 1 means 'correct': val/accuracy and val/pass@k count those.")
+    correctness_reward: Optional[str] = _f("arithmetic_exact", "The reward function whose score of 1 means 'correct': val/accuracy and val/pass@k count those; null: no held-out evaluation.")
     dataset: str = _f("basic_arithmetic", "reasoning_gym: the reasoning-gym dataset name (e.g. basic_arithmetic, chain_sum, countdown).")
-    dataset_options: dict[str, Any] = _f({}, "reasoning_gym: keyword arguments of the dataset's config (e.g. max_terms: 2).")
+    dataset_options: dict[str, Any] = _f({}, "reasoning_gym: keyword arguments of the dataset's config (e.g. max_terms: 2), on top of the dataset's own defaults (grpo_lightning/data/reasoning_gym.py DEFAULT_OPTIONS).")
     size: int = _f(1000, "reasoning_gym: problems generated (train + validation); gsm: at most this many of the 100 questions.")
     system_prompt: Optional[str] = _f(None, "System message put before each prompt by the chat template; null keeps the tokenizer's default.")
     instruction: str = _f("", "Text appended to every question, e.g. how to format the answer; empty adds nothing.")
     chat_template: bool = _f(True, "Wrap prompts in the tokenizer's chat template when it has one (instruction-tuned models).")
     max_completion_chars: int = _f(0, "length_penalty: completions longer than this many characters lose reward; 0 turns it off.")
     overlong_buffer_tokens: int = _f(0, "overlong_penalty (DAPO's soft overlong punishment): the penalty falls from 0 to -1 over the last this many tokens of rollout.max_new_tokens; 0 takes a fifth of max_new_tokens (DAPO's 4096 of 20480).")
+    path: Optional[str] = _f(None, "dataset: the training prompts, a .jsonl, .json, .parquet or .csv file or a folder written by datasets.Dataset.save_to_disk (read with Hugging Face datasets).")
+    val_path: Optional[str] = _f(None, "dataset: held-out prompts in a file or folder like task.path; null splits task.val_fraction off task.path instead.")
+    prompt_column: str = _f("prompt", "dataset: the column holding the prompt, a string or a list of chat messages ({role, content}); every other column reaches the reward functions as a keyword argument.")
+    reward_modules: list[str] = _f([], "Python files (path/to/rewards.py) or importable modules imported before validation, so the reward functions they register with @register_reward can be named in task.rewards.")
+
+
+@dataclass
+class VLLMServerConfig:
+    url: Optional[str] = _f(None, "Connect to a running vLLM OpenAI-compatible server at this URL (http://host:port), shared by every rank; it must run with VLLM_SERVER_DEV_MODE=1 (weight reloads) and --logprobs-mode processed_logprobs. null: no server unless launch=true.")
+    launch: bool = _f(False, "Start a vLLM server as a subprocess on the policy's initial weights (rank 0 starts it, every rank uses it); it is stopped at the end, on failure, or when the trainer dies.")
+    host: str = _f("127.0.0.1", "launch: the address the launched server listens on.")
+    port: int = _f(8765, "launch: the port the launched server listens on.")
+    timeout_s: float = _f(300.0, "Longest wait for any one server call (a generation request, a weight sync, a version poll): past it the run stops with an error naming the server and the step, never a hang. A dead server fails at once (connection refused); this bounds a wedged one. Size it to one generation batch on your hardware.")
+    start_timeout_s: float = _f(300.0, "launch: longest wait for the launched server to become healthy.")
+    concurrency: int = _f(64, "Requests each rank keeps in flight at once (one per sample).")
+    sync_dir: Optional[str] = _f(None, "Folder rank 0 writes the weights to for the server to reload; must be readable by the server (a shared file system if it runs on another host). null: a temporary folder (same host).")
 
 
 @dataclass
@@ -87,6 +104,7 @@ class VLLMConfig:
     sync_every: int = _f(1, "Push the policy's weights into the engine every this many optimizer steps (1: always on-policy in sync mode).")
     verify_sync: bool = _f(False, "After each sync compare engine and policy log-probs of a probe sequence; fail loudly beyond verify_tolerance.")
     verify_tolerance: float = _f(1e-3, "Largest allowed |engine - policy| log-prob difference of the probe (float32 agrees to ~1e-5).")
+    server: VLLMServerConfig = _f(VLLMServerConfig(), "A vLLM server shared by every training rank instead of an engine inside the process (needed with trainer.devices > 1).")
 
 
 @dataclass
@@ -147,6 +165,10 @@ class TrainerConfig:
     log_every_n_steps: int = _f(1, "Log metrics every n steps.")
     output_dir: str = _f("outputs", "Where logs and checkpoints go (the Hydra run folder under the CLI).")
     enable_checkpointing: bool = _f(False, "Save a Lightning checkpoint at the end of training.")
+    checkpoint_every_n_steps: int = _f(0, "Write a resumable checkpoint to <output_dir>/checkpoints/ every n optimizer steps and at the last step (atomically); 0 turns them off.")
+    keep_checkpoints: int = _f(2, "How many of the newest checkpoints under <output_dir>/checkpoints/ to keep.")
+    resume: Optional[str] = _f(None, "auto: continue from the newest checkpoint under <output_dir>/checkpoints/ (none there: start fresh, and say so); a path: continue from that checkpoint; null: start fresh.")
+    export_every_n_steps: int = _f(0, "Also write the policy as a Hugging Face folder <output_dir>/hf/step_N every n optimizer steps; 0: only <output_dir>/hf/final at the end.")
 
 
 @dataclass
@@ -322,7 +344,10 @@ def validate_config(cfg: TrainConfig) -> None:
     """Raise :class:`ConfigError` listing every invalid field, before anything heavy runs."""
     from grpo_lightning.rewards import REWARD_FUNCTIONS
 
+    from grpo_lightning.rewards.modules import import_reward_modules
+
     problems: list[str] = []
+    problems += import_reward_modules(cfg.task.reward_modules)  # their rewards can be named below
     r, a, t = cfg.rollout, cfg.algorithm, cfg.trainer
     _choice(problems, "task.name", cfg.task.name, TASKS)
     _choice(problems, "rollout.engine", r.engine, ENGINES)
@@ -335,7 +360,17 @@ def validate_config(cfg: TrainConfig) -> None:
     for name in cfg.task.rewards:
         _choice(problems, f"task.rewards.{name}", name, tuple(sorted(REWARD_FUNCTIONS)))
     _check(problems, bool(cfg.task.rewards), "task.rewards is empty; name at least one reward function")
-    _choice(problems, "task.correctness_reward", cfg.task.correctness_reward, tuple(sorted(REWARD_FUNCTIONS)))
+    if cfg.task.correctness_reward is not None:
+        _choice(problems, "task.correctness_reward", cfg.task.correctness_reward, tuple(sorted(REWARD_FUNCTIONS)))
+    _check(problems, cfg.task.name != "dataset" or bool(cfg.task.path), "task=dataset needs task.path=PATH: a .jsonl, .json, .parquet or .csv file or a datasets.save_to_disk folder")
+    _check(problems, t.checkpoint_every_n_steps >= 0, f"trainer.checkpoint_every_n_steps={t.checkpoint_every_n_steps} must be >= 0 (0 = off)")
+    _check(
+        problems, t.resume in (None, "auto") or Path(t.resume).is_file(),
+        f"trainer.resume={t.resume!r}: no such checkpoint file; give a .ckpt path, auto (the newest under "
+        f"<trainer.output_dir>/checkpoints/) or null",
+    )
+    _check(problems, t.keep_checkpoints >= 1, f"trainer.keep_checkpoints={t.keep_checkpoints} must be >= 1")
+    _check(problems, t.export_every_n_steps >= 0, f"trainer.export_every_n_steps={t.export_every_n_steps} must be >= 0 (0 = only hf/final)")
     _check(problems, cfg.task.size >= 1, f"task.size={cfg.task.size} must be >= 1")
     _check(
         problems, 0 <= cfg.task.overlong_buffer_tokens <= r.max_new_tokens,
@@ -386,7 +421,20 @@ def validate_config(cfg: TrainConfig) -> None:
     _check(problems, not r.dynamic_sampling or r.mode == "sync", "rollout.dynamic_sampling=true needs rollout.mode=sync (async generation queues its batches before their rewards are known)")
     _check(problems, r.max_staleness >= 1, f"rollout.max_staleness={r.max_staleness} must be >= 1")
     _check(problems, r.mode != "async" or r.engine == "vllm", "rollout.mode=async needs rollout.engine=vllm (the HF engine generates with the policy being trained)")
-    _check(problems, r.mode != "async" or t.devices == 1, f"rollout.mode=async supports trainer.devices=1 only for now (got {t.devices}): its lookahead prompt loader is not sharded across ranks")
+    server = r.vllm.server
+    uses_server = r.engine == "vllm" and (server.launch or server.url is not None)
+    _check(
+        problems,
+        r.engine != "vllm" or t.devices == 1 or uses_server,
+        f"rollout.engine=vllm with trainer.devices={t.devices} needs one vLLM server shared by the ranks: set "
+        f"rollout.vllm.server.launch=true (or rollout.vllm.server.url=http://host:port for a running one); an "
+        f"in-process engine lives inside one training process. Or use rollout.engine=hf.",
+    )
+    _check(problems, not (server.launch and server.url is not None), f"rollout.vllm.server.launch=true and rollout.vllm.server.url={server.url!r} exclude each other: launch a server, or connect to one")
+    _check(problems, server.timeout_s > 0, f"rollout.vllm.server.timeout_s={server.timeout_s} must be > 0")
+    _check(problems, server.start_timeout_s > 0, f"rollout.vllm.server.start_timeout_s={server.start_timeout_s} must be > 0")
+    _check(problems, server.concurrency >= 1, f"rollout.vllm.server.concurrency={server.concurrency} must be >= 1")
+    _check(problems, 0 < server.port < 65536, f"rollout.vllm.server.port={server.port} must be in 1..65535")
     _check(problems, r.vllm.sync_every >= 1, f"rollout.vllm.sync_every={r.vllm.sync_every} must be >= 1")
     _check(problems, r.vllm.kv_cache_gib > 0, f"rollout.vllm.kv_cache_gib={r.vllm.kv_cache_gib} must be > 0")
     _check(problems, 0 < r.vllm.gpu_memory_utilization <= 1, f"rollout.vllm.gpu_memory_utilization={r.vllm.gpu_memory_utilization} must be in (0, 1]")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from grpo_lightning.rewards import RewardScorer
+from grpo_lightning.rewards.scorer import as_reward_completions
 from grpo_lightning.rollout import GenerationRequest, SamplingSettings
 from grpo_lightning.rollout.seeding import group_seeds
 
@@ -56,7 +57,8 @@ class Evaluator:
         completions = self.rollout.engine.generate(requests, sampling)
         texts = self.rollout.tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
         fields = {key: [r.get(key) for r in expanded] for key in records[0] if key != "prompt"}
-        _, parts = self.scorer([r["prompt"] for r in expanded], texts, fields)
+        prompts = [r["prompt"] for r in expanded]
+        _, parts = self.scorer(prompts, as_reward_completions(prompts, texts), fields)
         lengths = [len(c.token_ids) for c in completions]
         return parts[self.correctness_reward].view(len(records), per_record), texts, lengths
 

@@ -112,13 +112,14 @@ def _plain_output_head(model: nn.Module) -> nn.Linear | None:
 
 
 class _CloseRolloutOnException(L.Callback):
-    """Lightning tells only callbacks about exceptions: drain the generator's queued work then."""
+    """Lightning tells only callbacks about exceptions: drain the generator's queued work and
+    release an engine it built (a launched vLLM server) then."""
 
     def __init__(self, rollout: RolloutGenerator):
         self.rollout = rollout
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        self.rollout.close()
+        self.rollout.shutdown()
 
 
 class GRPOModule(L.LightningModule):
@@ -445,12 +446,15 @@ class GRPOModule(L.LightningModule):
             metrics["rollout/logp_diff_mean"] = last.logp_diff_sum / last.engine_tokens
             metrics["rollout/is_ratio_max"] = last.is_ratio_max
             metrics["rollout/is_truncated_frac"] = last.is_truncated / last.engine_tokens
+        if rollout.weight_version is not None:
+            # Optimizer steps between the weights that sampled the batch and those it trains.
+            metrics["rollout/weight_version_lag"] = float(self.global_step - rollout.weight_version)
         if rollout.finished is not None:
             metrics["completions/clipped_frac"] = float((~rollout.finished).float().mean())
         if self.reference is not None:
             metrics["kl/mean"] = last.token_mean("kl_sum")
         for name, values in rollout.reward_components.items():
-            metrics[f"reward/{name}/mean"] = float(values.mean())
+            metrics[f"reward/{name}/mean"] = float(values.nanmean())  # NaN: the function skipped the sample
         self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=rollout.num_sequences)
         shown = {"reward": metrics["reward/mean"]}
         if "kl/mean" in metrics:
@@ -472,7 +476,11 @@ class GRPOModule(L.LightningModule):
     # ----------------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["grpo_counters"] = asdict(self.counters)
+        if hasattr(self.rollout, "state_dict"):  # async generation: the batches in flight
+            checkpoint["grpo_rollout"] = self.rollout.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if "grpo_counters" in checkpoint:
             self.counters = NonFiniteCounters(**checkpoint["grpo_counters"])
+        if "grpo_rollout" in checkpoint and hasattr(self.rollout, "load_state_dict"):
+            self.rollout.load_state_dict(checkpoint["grpo_rollout"])

@@ -15,6 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_lightning.build import build_run, fit
 from grpo_lightning.config import ConfigError, TaskConfig, TrainConfig
+from grpo_lightning.data.files import DataError
+from grpo_lightning.rollout.engine import EngineError
 
 # The configs ship inside the package (grpo_lightning/conf), so an installed wheel has them too.
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -42,11 +44,26 @@ def to_train_config(cfg: DictConfig) -> TrainConfig:
     return OmegaConf.to_object(cfg)
 
 
+class Interrupted(Exception):
+    """The run stopped on SIGINT / SIGTERM after writing a checkpoint and the model."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
 def run(cfg: TrainConfig, logged_config: dict | None = None) -> dict[str, float]:
-    """Train with ``cfg`` (baseline evaluation, fit, final evaluation); returns the last logged metrics."""
+    """Train with ``cfg`` (baseline evaluation, fit, final evaluation); returns the last logged metrics.
+
+    Raises :class:`Interrupted` when a signal stopped the run (its checkpoint is written)."""
     built = build_run(cfg, logged_config=logged_config)
     trainer = built.trainer(cfg)
-    fit(built, trainer, cfg)
+    try:
+        fit(built, trainer, cfg)
+    finally:
+        built.module.rollout.shutdown()  # a launched vLLM server stops with the run
+    if built.checkpoints is not None and built.checkpoints.interrupted is not None:
+        raise Interrupted(built.checkpoints.interrupted)
     return {k: float(v) for k, v in trainer.logged_metrics.items()}
 
 
@@ -55,9 +72,14 @@ def main(cfg: DictConfig) -> None:
     train_cfg = to_train_config(cfg)
     try:
         metrics = run(train_cfg, logged_config=OmegaConf.to_container(cfg, resolve=True))
-    except ConfigError as err:
+    except (ConfigError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    except EngineError as err:  # a dead or wedged vLLM server: said plainly, not as a traceback
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
+    except Interrupted as stop:
+        sys.exit(128 + stop.signum)
     shown = {k: round(v, 4) for k, v in metrics.items() if k.split("/")[0] in ("reward", "kl", "train", "val")}
     print(f"final metrics: {shown}")
 

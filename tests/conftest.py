@@ -142,3 +142,40 @@ def fit(cfg: TrainConfig, prepare=None) -> Run:
 @pytest.fixture
 def config_factory():
     return make_config
+
+
+def run_worker(command: list[str], timeout: float, what: str) -> None:
+    """Run a multi-process worker in its own session; a hang kills all its processes and fails."""
+    import os
+    import signal
+    import subprocess
+
+    worker = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, stderr = worker.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(worker.pid, signal.SIGKILL)
+        _, stderr = worker.communicate()
+        pytest.fail(f"{what} hung for {timeout:g} s (a rank waits in a collective):\n{stderr[-3000:]}")
+    assert worker.returncode == 0, stderr[-3000:]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def vllm_server():
+    """One launched vLLM server (a subprocess) on the tiny policy for the whole session; tests
+    push their own weights first. The same launcher as ``rollout.vllm.server.launch=true``."""
+    from grpo_lightning.rollout.vllm_server import ServerSettings, VLLMServerEngine
+
+    tokenizer = build_char_tokenizer()
+    settings = ServerSettings(launch=True, port=free_port(), max_model_len=128, kv_cache_gib=0.5, timeout_s=60)
+    engine = VLLMServerEngine.from_policy(build_tiny_policy(tokenizer), tokenizer, settings)
+    yield engine
+    engine.close()

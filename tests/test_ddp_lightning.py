@@ -6,13 +6,12 @@ loss on one rank makes every rank skip that step together instead of hanging."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import run_worker
 
 WORKER = Path(__file__).with_name("ddp_fit_worker.py")
 
@@ -20,17 +19,7 @@ WORKER = Path(__file__).with_name("ddp_fit_worker.py")
 def _fit(scenario: str, steps: int, tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp(scenario)
     # Its own session, so a hung run's rank processes can all be killed (Lightning starts rank 1).
-    worker = subprocess.Popen(
-        [sys.executable, str(WORKER), scenario, str(out), str(steps)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
-    try:
-        _, stderr = worker.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        os.killpg(worker.pid, signal.SIGKILL)
-        _, stderr = worker.communicate()
-        pytest.fail(f"DDP scenario {scenario!r} hung for 300 s (a rank waits in a collective):\n{stderr[-3000:]}")
-    assert worker.returncode == 0, stderr[-3000:]
+    run_worker([sys.executable, str(WORKER), scenario, str(out), str(steps)], 300, f"DDP scenario {scenario!r}")
     return [json.loads((out / f"rank_{r}.json").read_text()) for r in range(2)]
 
 

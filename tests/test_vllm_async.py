@@ -6,7 +6,10 @@ import pytest
 import torch
 
 import grpo_lightning.rollout.generator as rollout_module
-from vllm_helpers import diversity_failures, run_training, small_config
+from grpo_lightning.build import build_run
+from grpo_lightning.checkpointing import checkpoints_in
+from grpo_lightning.data import PromptDataModule
+from vllm_helpers import RolloutRecorder, diversity_failures, run_training, small_config
 
 # The same two prompts at every step: F1 showed as one prompt getting the same completion
 # at every step.
@@ -76,3 +79,26 @@ def test_async_training_with_importance_sampling_logs_the_mismatch(vllm_session,
     assert 1.0 < float(metrics["rollout/is_ratio_max"])
     assert float(metrics["rollout/sync_seconds"]) > 0
     assert float(metrics["rollout/sync_probe_diff"]) < 1e-4  # after GRPO steps at lr 1e-2
+
+
+def test_async_resume_trains_on_the_batches_that_were_in_flight(vllm_session, tmp_path):
+    """Checkpoint at step 2 of 4 with one batch in flight, resume: the same batches and weights."""
+    def run(name, resume=None):
+        cfg = small_config(steps=4, mode="async", max_new_tokens=4)
+        cfg.rollout.vllm.verify_sync = False
+        cfg.trainer.output_dir, cfg.trainer.checkpoint_every_n_steps = str(tmp_path / name), 2
+        cfg.trainer.resume = resume
+        return cfg
+
+    straight = run_training(run("a"), vllm_session.engine, RECORDS)
+    first = checkpoints_in(tmp_path / "a")[0]
+    assert first.name == "step_00000002.ckpt"
+    cfg = run("b", str(first))
+    built = build_run(cfg, engine=vllm_session.engine)
+    data = PromptDataModule(RECORDS, None, len(RECORDS), seed=0, num_batches=4, lookahead=1)
+    recorder = RolloutRecorder()
+    trainer = built.trainer(cfg, callbacks=built.callbacks + [recorder], enable_progress_bar=False)
+    trainer.fit(built.module, datamodule=data, ckpt_path=str(first))
+    assert [b.step for b in recorder.batches] == [2, 3]
+    assert completion_ids(recorder.batches) == completion_ids(straight[2:])
+    assert recorder.batches[0].timing["rollout/staleness"] == straight[2].timing["rollout/staleness"] == 1.0

@@ -28,7 +28,9 @@ def test_every_new_field_has_help_text():
         (lambda c: setattr(c.algorithm, "is_cap", 0.0), "algorithm.is_cap"),
         (lambda c: setattr(c.rollout.vllm, "sync_every", 0), "rollout.vllm.sync_every"),
         (lambda c: setattr(c.rollout, "max_staleness", 0), "rollout.max_staleness"),
-        (lambda c: (setattr(c.rollout, "engine", "vllm"), setattr(c.rollout, "mode", "async"), setattr(c.trainer, "devices", 2)), "trainer.devices=1 only"),
+        (lambda c: (setattr(c.rollout, "engine", "vllm"), setattr(c.rollout, "mode", "async"), setattr(c.trainer, "devices", 2)), "needs one vLLM server shared by the ranks"),
+        (lambda c: setattr(c.rollout.vllm.server, "timeout_s", 0.0), "rollout.vllm.server.timeout_s"),
+        (lambda c: setattr(c.rollout.vllm.server, "concurrency", 0), "rollout.vllm.server.concurrency"),
     ],
 )
 def test_invalid_values_are_rejected_by_name(change, message):

@@ -75,4 +75,5 @@ __all__ = [
     "selective_log_probs",
     "sequences_in_loss",
     "tied_groups",
+    "truncated_importance_weights",
 ]

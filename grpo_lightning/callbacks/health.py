@@ -11,6 +11,7 @@ with :class:`HealthCheckError`), or ``ignore``. ``alerts`` keeps every alert of 
 
 from __future__ import annotations
 
+import pickle
 import time
 
 import lightning as L
@@ -163,6 +164,24 @@ class HealthMonitor(L.Callback):
             if line:
                 rank_zero_info(f"[grpo_lightning health] {line}")
                 self._announced = True
+
+    # ----------------------------------------------------------------------- checkpoints
+    # The monitor's memory (alert streaks, alerts so far, each check's windows and
+    # remembered completions) goes into the checkpoint, so a resumed run judges its steps as
+    # the uninterrupted one does. The parameter snapshot of F4 is retaken before every step.
+    _NOT_SAVED = ("cfg", "snapshot")
+
+    def state_dict(self) -> dict:
+        checks = {c.name: {k: v for k, v in vars(c).items() if k not in self._NOT_SAVED} for c in self.checks}
+        state = {"alerts": self.alerts, "active": self.active, "streak": self._streak, "announced": self._announced, "checks": checks}
+        return {"pickled": pickle.dumps(state)}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state = pickle.loads(state_dict["pickled"])
+        self.alerts, self.active, self._streak = state["alerts"], state["active"], state["streak"]
+        self._announced = state["announced"]
+        for check in self.checks:
+            vars(check).update(state["checks"].get(check.name, {}))
 
     # ----------------------------------------------------------------------- reading
     def alerts_for(self, check: str) -> list[Alert]:

@@ -8,6 +8,7 @@ from torch.utils.data import DataLoader
 from grpo_lightning.data.sampler import PromptSampler
 
 from grpo_lightning.data.lookahead import LookaheadLoader
+from grpo_lightning.data.resumable import ResumableLoader
 
 
 def _as_list(records: list[dict]) -> list[dict]:
@@ -54,7 +55,7 @@ class PromptDataModule(L.LightningDataModule):
         self.lookahead = lookahead
         self.val_batch_size = val_batch_size or prompts_per_step
 
-    def train_dataloader(self) -> DataLoader | LookaheadLoader:
+    def train_dataloader(self) -> ResumableLoader:
         trainer = self.trainer  # None outside a Trainer (e.g. in a notebook or a unit test)
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         per_rank = self.num_batches or len(self.train_records) // (self.prompts_per_step * world)
@@ -69,7 +70,9 @@ class PromptDataModule(L.LightningDataModule):
             drop_last=True,
             collate_fn=_as_list,
         )
-        return LookaheadLoader(loader, self.lookahead) if self.lookahead > 0 else loader
+        loader = LookaheadLoader(loader, self.lookahead) if self.lookahead > 0 else loader
+        # Resumable: a checkpoint records how many batches were trained on (Lightning's count).
+        return ResumableLoader(loader, lambda: trainer.fit_loop.epoch_loop.batch_progress.current.processed if trainer else 0)
 
     def val_dataloader(self) -> DataLoader:
         """The held-out records in order (no shuffling: every evaluation sees the same prompts)."""

@@ -10,8 +10,11 @@ if TYPE_CHECKING:
     from grpo_lightning.config import TaskConfig
 
 
-def task_records(task: TaskConfig) -> tuple[list[dict], list[dict]]:
-    """Build the task's records; ``max_completion_chars`` is added for the length penalty."""
+def task_records(task: TaskConfig, check=None) -> tuple[list[dict], list[dict]]:
+    """Build the task's records; ``max_completion_chars`` is added for the length penalty.
+
+    ``check(records, source)`` (task=dataset) vets each file's rows before the split, so an
+    error can name the file's row."""
     if task.name == "arithmetic":
         train, val = arithmetic_records(task.max_operand, task.operators, task.val_fraction, task.seed)
     elif task.name == "reasoning_gym":
@@ -22,6 +25,10 @@ def task_records(task: TaskConfig) -> tuple[list[dict], list[dict]]:
         from grpo_lightning.data.gsm import gsm_records
 
         train, val = gsm_records(task.size, task.seed, task.val_fraction)
+    elif task.name == "dataset":
+        from grpo_lightning.data.files import dataset_records
+
+        train, val = dataset_records(task, check)
     else:
         raise ValueError(f"task.name={task.name!r}: no such task")
     if task.max_completion_chars:

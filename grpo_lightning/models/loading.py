@@ -55,3 +55,25 @@ def _load(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return model, tokenizer
+
+
+def load_tokenizer(cfg: ModelConfig) -> tuple[PreTrainedTokenizerBase, int | None]:
+    """The policy's tokenizer and context length (max_position_embeddings), without loading
+    the weights: enough to check the prompts before the model loads."""
+    from transformers import AutoConfig
+
+    from grpo_lightning.models.tiny import TINY_CONTEXT
+
+    if cfg.name_or_path == "tiny":
+        return build_char_tokenizer(cfg.tiny.alphabet), TINY_CONTEXT
+    source = str(ensure_smollm2()) if cfg.name_or_path == SMOLLM2 else cfg.name_or_path
+    local = Path(source).expanduser()
+    source = str(local) if local.exists() else source
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        context = getattr(AutoConfig.from_pretrained(source), "max_position_embeddings", None)
+    except OSError:
+        return None, None  # load_policy reports it, with the fix
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer, context

@@ -13,6 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 DEFAULT_ALPHABET = "0123456789+-*=? "
+TINY_CONTEXT = 128  # max_position_embeddings of the tiny policy
 
 
 def build_char_tokenizer(alphabet: str = DEFAULT_ALPHABET) -> PreTrainedTokenizerFast:
@@ -39,7 +40,7 @@ def build_tiny_policy(
     hidden_size: int = 64,
     num_layers: int = 2,
     num_heads: int = 2,
-    max_position_embeddings: int = 128,
+    max_position_embeddings: int = TINY_CONTEXT,
     seed: int = 0,
 ) -> LlamaForCausalLM:
     """A randomly initialised Llama with ``hidden_size / num_heads`` >= 32 (float32)."""

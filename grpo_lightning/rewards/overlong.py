@@ -8,9 +8,9 @@ task.overlong_buffer_tokens`` tokens, a completion of ``|y|`` tokens gets
 
 so the penalty grows linearly from 0 to -1 over the last ``L_cache`` tokens of the budget
 (a completion longer than ``L_max`` would get -1; the engine never produces one). Lengths
-are the sampled completion tokens (EOS included), which the rollout passes to every reward
-function as ``completion_tokens`` with ``max_new_tokens``; characters would punish a
-tokenizer's long tokens differently from its short ones.
+are the sampled completion tokens (``completion_ids``, EOS included), and the rollout passes
+the budget as ``max_new_tokens``; characters would punish a tokenizer's long tokens
+differently from its short ones.
 """
 
 from __future__ import annotations
@@ -34,18 +34,18 @@ def overlong_penalty_value(length: int, max_tokens: int, buffer: int) -> float:
 
 @register_reward("overlong_penalty")
 def overlong_penalty(
-    prompts: list[str], completions: list[str], completion_tokens: list[int] | None = None,
+    prompts: list[str], completions: list[str], completion_ids: list[list[int]] | None = None,
     max_new_tokens: list[int] | None = None, overlong_buffer_tokens: list[int] | None = None, **_,
 ) -> list[float]:
     """DAPO's soft overlong punishment in tokens: 0 up to ``max_new_tokens - buffer``, then
     linearly down to -1 at ``max_new_tokens`` (buffer: the record field
     ``overlong_buffer_tokens``, from task.overlong_buffer_tokens; without it a fifth of the budget)."""
-    if completion_tokens is None or max_new_tokens is None:
+    if completion_ids is None or max_new_tokens is None:
         raise ValueError("overlong_penalty needs the completion lengths in tokens: score it through RolloutGenerator")
     buffers = overlong_buffer_tokens or [0] * len(completions)
     return [
-        overlong_penalty_value(int(n), int(m), int(b) if b else default_buffer(int(m)))
-        for n, m, b in zip(completion_tokens, max_new_tokens, buffers)
+        overlong_penalty_value(len(ids), int(m), int(b) if b else default_buffer(int(m)))
+        for ids, m, b in zip(completion_ids, max_new_tokens, buffers)
     ]
 
 

@@ -1,18 +1,44 @@
-"""Score completions with several weighted reward functions, loudly on any misbehaviour."""
+"""Score completions with several weighted reward functions, loudly on any misbehaviour.
+
+A reward function written for TRL's ``GRPOTrainer`` works unchanged once registered: it is
+called with ``prompts``, ``completions`` and, as keyword arguments, ``completion_ids``,
+``trainer_state`` and every other column of the dataset, but only those its signature
+takes (all of them if it takes ``**kwargs``). It may return ``None`` for a sample it does
+not apply to (the weighted sum skips it, as TRL's ``nansum`` does), and may be
+``async def`` (the async functions of a batch run concurrently).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from grpo_lightning.rewards.registry import RewardFn, get_reward
 
 
+@dataclass(frozen=True)
+class RewardState:
+    """What reward functions get as ``trainer_state`` (TRL passes its TrainerState): the step."""
+
+    global_step: int
+
+
+def as_reward_completions(prompts: list, texts: list[str]) -> list:
+    """Completions as reward functions receive them: strings, or a one-message list
+    (``[{"role": "assistant", "content": text}]``) when the prompts were messages (TRL's format)."""
+    if prompts and not isinstance(prompts[0], str):
+        return [[{"role": "assistant", "content": text}] for text in texts]
+    return texts
+
+
 class RewardFunctionError(RuntimeError):
-    """A reward function raised, or returned something other than one finite float per completion."""
+    """A reward function raised, or returned something other than one finite float (or None) per completion."""
 
 
 @dataclass(frozen=True)
@@ -21,9 +47,26 @@ class WeightedReward:
     fn: RewardFn
     weight: float = 1.0
 
+    def accepted(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments ``fn`` takes (every one if it has ``**kwargs``)."""
+        try:
+            params = inspect.signature(self.fn).parameters.values()
+        except (TypeError, ValueError):
+            return kwargs
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            return kwargs
+        names = {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+        return {k: v for k, v in kwargs.items() if k in names}
+
+
+def _short(prompt: Any) -> str:
+    text = prompt if isinstance(prompt, str) else repr(prompt)
+    return repr(text[:80] + ("..." if len(text) > 80 else ""))
+
 
 class RewardScorer:
-    """Total reward = sum of weight x reward over the functions; each component is kept for logging."""
+    """Total reward = sum of weight x reward over the functions that apply to each sample;
+    each component is kept for logging (NaN where a function returned None)."""
 
     def __init__(self, rewards: Sequence[WeightedReward]):
         if not rewards:
@@ -35,27 +78,65 @@ class RewardScorer:
         return cls([WeightedReward(name, get_reward(name), float(w)) for name, w in weights.items()])
 
     def __call__(
-        self, prompts: list[str], completions: list[str], sample_fields: dict[str, list]
+        self, prompts: list, completions: list, sample_fields: dict[str, list], **extra: Any
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        components: dict[str, torch.Tensor] = {}
-        for reward in self.rewards:
-            try:
-                values = reward.fn(prompts, completions, **sample_fields)
-            except Exception as err:
-                raise RewardFunctionError(
-                    f"reward function {reward.name!r} raised {type(err).__name__}: {err}"
-                ) from err
-            components[reward.name] = self._validated(reward.name, values, len(completions))
-        total = sum(r.weight * components[r.name] for r in self.rewards)
+        """``extra``: ``completion_ids``, ``trainer_state`` (passed to the functions that take them)."""
+        kwargs = {**sample_fields, **extra}
+        raw = self._call_all(prompts, completions, kwargs)
+        components = {
+            r.name: self._validated(r.name, raw[r.name], prompts) for r in self.rewards
+        }
+        weighted = torch.stack([r.weight * components[r.name] for r in self.rewards])
+        applied = ~torch.isnan(weighted)
+        none_apply = (~applied.any(dim=0)).nonzero().flatten().tolist()
+        if none_apply:
+            i = none_apply[0]
+            raise RewardFunctionError(
+                f"no reward function applies to sample {i} (prompt {_short(prompts[i])}): "
+                f"{[r.name for r in self.rewards]} all returned None for it ({len(none_apply)} samples "
+                f"like it); add a reward that scores it, or drop such rows from the data"
+            )
+        total = torch.where(applied, weighted, 0.0).sum(dim=0)
         return total, components
 
+    def _call_all(self, prompts: list, completions: list, kwargs: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        pending = {}
+        for reward in self.rewards:
+            try:
+                value = reward.fn(prompts, completions, **reward.accepted(kwargs))
+            except Exception as err:
+                raise self._raised(reward.name, err, prompts) from err
+            if inspect.isawaitable(value):
+                pending[reward.name] = value
+            else:
+                out[reward.name] = value
+        if pending:
+            results = asyncio.run(_gather(list(pending.values())))
+            for name, result in zip(pending, results):
+                if isinstance(result, BaseException):
+                    raise self._raised(name, result, prompts) from result
+                out[name] = result
+        return out
+
     @staticmethod
-    def _validated(name: str, values, expected: int) -> torch.Tensor:
+    def _raised(name: str, err: BaseException, prompts: list) -> RewardFunctionError:
+        return RewardFunctionError(
+            f"reward function {name!r} raised {type(err).__name__}: {err} (scoring {len(prompts)} "
+            f"completions, the first of prompt {_short(prompts[0]) if prompts else '-'})"
+        )
+
+    @staticmethod
+    def _validated(name: str, values, prompts: list) -> torch.Tensor:
+        expected = len(prompts)
         try:
-            values = [float(v) for v in values]
+            values = list(values)
+            missing = [v is None for v in values]
+            values = [0.0 if v is None else float(v) for v in values]
         except (TypeError, ValueError) as err:
             raise RewardFunctionError(
-                f"reward function {name!r} must return a list of floats, got {type(values).__name__}: {err}"
+                f"reward function {name!r} must return a list of floats (or None for a sample it does not "
+                f"apply to), got {type(values).__name__}: {err}"
             ) from err
         if len(values) != expected:
             raise RewardFunctionError(
@@ -64,7 +145,12 @@ class RewardScorer:
         bad = [i for i, v in enumerate(values) if not math.isfinite(v)]
         if bad:
             raise RewardFunctionError(
-                f"reward function {name!r} returned non-finite values at completions {bad[:5]}: "
-                f"a NaN reward would poison every advantage of its group"
+                f"reward function {name!r} returned non-finite values at completions {bad[:5]} (sample "
+                f"{bad[0]}: prompt {_short(prompts[bad[0]])}): a non-finite reward would poison every "
+                f"advantage of its group"
             )
-        return torch.tensor(values, dtype=torch.float32)
+        return torch.tensor([math.nan if m else v for v, m in zip(values, missing)], dtype=torch.float32)
+
+
+async def _gather(awaitables: list) -> list:
+    return await asyncio.gather(*awaitables, return_exceptions=True)

@@ -14,6 +14,7 @@ same derivation as in sync mode, never one fixed seed.
 
 from __future__ import annotations
 
+import pickle
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from torch import nn
 from grpo_lightning.data.lookahead import PromptWindow
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.engine import GenerationRequest
-from grpo_lightning.rollout.generator import RolloutGenerator
+from grpo_lightning.rollout.generator import RolloutGenerator, engine_context
 
 
 @dataclass
@@ -73,13 +74,30 @@ class AsyncRolloutGenerator(RolloutGenerator):
             self.submit(records, step + offset, rank, now=step)
         pending = self.pending.pop(step)
         wait_start = time.perf_counter()
-        completions = pending.future.result()
+        with engine_context(step, rank):
+            completions = pending.future.result()
         wait_seconds = time.perf_counter() - wait_start
         generation_seconds = getattr(pending.future, "timing", {}).get("seconds", wait_seconds)
         rollout = self.assemble(pending.records, pending.requests, completions, step, generation_seconds)
         rollout.timing["rollout/wait_seconds"] = wait_seconds
         rollout.timing["rollout/staleness"] = float(step - pending.submitted_at_step)
         return rollout
+
+    # ----------------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict:
+        """The generations in flight (queued, not yet trained on), waited for and kept as they
+        came out: a resumed run trains on exactly these, sampled with the older weights the
+        uninterrupted run used, so it continues identically."""
+        saved = {
+            step: (p.records, p.requests, p.future.result(), p.submitted_at_step) for step, p in self.pending.items()
+        }
+        return {"pending": pickle.dumps(saved)}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        for step, (records, requests, completions, submitted_at) in pickle.loads(state_dict["pending"]).items():
+            future: Future = Future()
+            future.set_result(completions)
+            self.pending[step] = PendingGeneration(records, requests, future, submitted_at)
 
     def close(self) -> None:
         """Wait for queued generations and drop them (end of training, or an exception)."""

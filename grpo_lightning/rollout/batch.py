@@ -32,6 +32,7 @@ class RolloutBatch:
     prompts: list[str] = field(default_factory=list)  # [N] texts
     completions: list[str] = field(default_factory=list)  # [N] texts
     timing: dict[str, float] = field(default_factory=dict)  # rollout/* seconds and tokens/s, logged by the module
+    weight_version: int | None = None  # the oldest weight version that sampled the batch (engines with own weights)
 
     def __post_init__(self) -> None:
         n = self.prompt_ids.shape[0]

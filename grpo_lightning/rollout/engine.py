@@ -31,6 +31,13 @@ class Completion:
     token_ids: list[int]
     finished: bool  # ended with EOS (False: cut at max_new_tokens)
     logprobs: list[float] | None = None
+    # The weight version (the optimizer step of the last sync) that sampled it, for engines
+    # with weights of their own; None for engines that sample from the policy itself.
+    weight_version: int | None = None
+
+
+class EngineError(RuntimeError):
+    """An engine failed (a server refused, timed out or died); the message says where and why."""
 
 
 @runtime_checkable

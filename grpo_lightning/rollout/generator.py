@@ -11,19 +11,33 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+import json
+
 from grpo_lightning.data.lookahead import current_records
+from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.rewards import RewardScorer
+from grpo_lightning.rewards.scorer import RewardState, as_reward_completions
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
-from grpo_lightning.rollout.engine import Completion, GenerationRequest, RolloutEngine, SamplingSettings
+from grpo_lightning.rollout.engine import Completion, EngineError, GenerationRequest, RolloutEngine, SamplingSettings
 from grpo_lightning.rollout.seeding import group_seeds
 from grpo_lightning.rollout.weight_sync import WeightSync
 
 EngineFactory = Callable[[nn.Module], RolloutEngine]
+
+
+@contextmanager
+def engine_context(step: int, rank: int, what: str = "generation"):
+    """Engine failures name the step and rank they happened at."""
+    try:
+        yield
+    except EngineError as err:
+        raise type(err)(f"{what} at rollout step {step} on rank {rank}: {err}") from err
 
 
 class RolloutGenerator:
@@ -62,12 +76,14 @@ class RolloutGenerator:
         self._weight_sync = weight_sync
         # DAPO's dynamic sampling (rollout.dynamic_sampling): set by build_run; None generates the loader's prompts only.
         self.dynamic: DynamicSampling | None = None
+        self._owns_engine = False  # built from the factory: this generator shuts it down
 
     # ----------------------------------------------------------------------- set-up
     def setup(self, policy: nn.Module) -> None:
         """Build the engine from its factory (once)."""
         if self.engine is None:
             self.engine = self._engine_or_factory(policy)
+            self._owns_engine = True
 
     @property
     def weight_sync(self) -> WeightSync | None:
@@ -79,14 +95,17 @@ class RolloutGenerator:
         return self._weight_sync
 
     # ----------------------------------------------------------------------- generation
-    def tokenize_prompt(self, prompt: str) -> list[int]:
-        """Token ids of a prompt, cached: the same prompt is tokenized once per run."""
-        if prompt not in self._prompt_ids:
+    def tokenize_prompt(self, prompt: str | list[dict]) -> list[int]:
+        """Token ids of a prompt (text, or chat messages), cached: the same prompt is tokenized once per run."""
+        key = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
+        if key not in self._prompt_ids:
             if self.formatter is not None:
-                self._prompt_ids[prompt] = list(self.formatter(prompt))
+                self._prompt_ids[key] = list(self.formatter(prompt))
+            elif isinstance(prompt, str):
+                self._prompt_ids[key] = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
             else:
-                self._prompt_ids[prompt] = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
-        return self._prompt_ids[prompt]
+                self._prompt_ids[key] = PromptFormatter(self.tokenizer)(prompt)
+        return self._prompt_ids[key]
 
     def rollout_for_step(self, batch, step: int, rank: int) -> RolloutBatch:
         """The scored generation batch of training step ``step`` from the loader's ``batch``."""
@@ -100,7 +119,8 @@ class RolloutGenerator:
             raise RuntimeError("RolloutGenerator has no engine yet: call setup(policy) (GRPOModule.setup does)")
         start = time.perf_counter()
         requests = self.build_requests(records, step, rank)
-        completions = self.engine.generate(requests, self.sampling)
+        with engine_context(step, rank):
+            completions = self.engine.generate(requests, self.sampling)
         return self.assemble(records, requests, completions, step, time.perf_counter() - start)
 
     def build_requests(self, records: list[dict], step: int, rank: int, first_prompt: int = 0) -> list[GenerationRequest]:
@@ -128,11 +148,15 @@ class RolloutGenerator:
         texts = self.tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
         prompts = [record["prompt"] for record in expanded]
         fields = {key: [record.get(key) for record in expanded] for key in records[0] if key != "prompt"}
-        # Every reward function also sees each completion's length in tokens and the budget.
-        fields["completion_tokens"] = [len(c.token_ids) for c in completions]
-        fields["max_new_tokens"] = [self.sampling.max_new_tokens] * len(completions)
-        rewards, components = self.scorer(prompts, texts, fields)
+        fields["max_new_tokens"] = [self.sampling.max_new_tokens] * len(completions)  # the budget (overlong_penalty)
+        rewards, components = self.scorer(
+            prompts, as_reward_completions(prompts, texts), fields,
+            completion_ids=[list(c.token_ids) for c in completions], trainer_state=RewardState(global_step=step),
+        )
+        if prompts and not isinstance(prompts[0], str):  # chat messages: the batch keeps their text
+            prompts = [self.tokenizer.decode(r.prompt_ids) for r in requests]
         num_tokens = int(completion_mask.sum())
+        versions = [c.weight_version for c in completions if c.weight_version is not None]
         timing = {
             "rollout/seconds": generation_seconds,
             "rollout/tokens_per_s": num_tokens / max(generation_seconds, 1e-9),
@@ -154,6 +178,7 @@ class RolloutGenerator:
             prompts=prompts,
             completions=texts,
             timing=timing,
+            weight_version=min(versions) if versions else None,
         )
 
     # ----------------------------------------------------------------------- weights
@@ -163,8 +188,17 @@ class RolloutGenerator:
         sync = self.weight_sync
         if sync is None or not (force or sync.due(step)):
             return {}
-        return sync.sync(module, self.engine, step, probe, self.tokenizer)
+        with engine_context(step, getattr(module, "global_rank", 0), "weight sync"):
+            return sync.sync(module, self.engine, step, probe, self.tokenizer)
 
     def close(self) -> None:
         """End of training or an exception: nothing in flight in synchronous generation."""
+
+    def shutdown(self) -> None:
+        """Release an engine this generator built (a launched vLLM server stops); an engine
+        handed in stays up. The CLI calls it when a run ends; an exception in fit calls it too."""
+        self.close()
+        if self._owns_engine and hasattr(self.engine, "close"):
+            self.engine.close()
+            self.engine, self._owns_engine = None, False
 

@@ -68,6 +68,7 @@ class VLLMEngine:
         self.eos_token_id = eos_token_id
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-engine")
         self._sync_dir: tempfile.TemporaryDirectory | None = None
+        self.weight_version: int | None = None  # the optimizer step of the last load_weights
         start = time.perf_counter()
         self.llm = self._start()
         self.start_seconds = time.perf_counter() - start
@@ -153,8 +154,10 @@ class VLLMEngine:
         return future
 
     def _timed_generate(self, requests, sampling, timing: dict[str, float]) -> list[Completion]:
-        start = time.perf_counter()
+        start, version = time.perf_counter(), self.weight_version
         completions = self._generate(requests, sampling)
+        for completion in completions:
+            completion.weight_version = version
         timing["seconds"] = time.perf_counter() - start
         return completions
 
@@ -208,8 +211,11 @@ class VLLMEngine:
         return [output.prompt_logprobs[i][sequence[i]].logprob for i in range(first, len(sequence))]
 
     # ------------------------------------------------------------------ weights
-    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> float:
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> float:
         """Replace the engine's weights (Hugging Face names); returns the seconds it took.
+
+        ``version`` (the optimizer step of the weights) is recorded for the completions
+        generated after the reload (``Completion.weight_version``).
 
         Runs in the worker thread after any queued generation. In process the tensors are
         handed over in memory; out of process they are written to a safetensors folder that
@@ -219,10 +225,11 @@ class VLLMEngine:
         # No copy: the caller (the weight-sync callback) blocks until the reload is done, so
         # the policy cannot change underneath it.
         snapshot = [(name, tensor.detach()) for name, tensor in named_tensors]
-        return self._blocking(self._submit(self._load_weights, snapshot))
+        return self._blocking(self._submit(self._load_weights, snapshot, version))
 
-    def _load_weights(self, snapshot: list[tuple[str, torch.Tensor]]) -> float:
+    def _load_weights(self, snapshot: list[tuple[str, torch.Tensor]], version: int | None) -> float:
         start = time.perf_counter()
+        self.weight_version = version
         if self.settings.in_process:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": snapshot})
         else:

@@ -38,7 +38,7 @@ class WeightSync:
 
     def sync(self, module, engine, step: int, probe=None, tokenizer=None) -> dict[str, float]:
         """Push ``module.policy``'s weights into ``engine`` now; returns ``rollout/sync_*`` metrics."""
-        seconds = engine.load_weights(module.policy.state_dict().items())
+        seconds = engine.load_weights(module.policy.state_dict().items(), version=step)
         self.synced_at_step, self.last_sync_seconds = step, seconds
         self.num_syncs += 1
         metrics = {"rollout/sync_seconds": seconds}

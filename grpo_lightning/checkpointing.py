@@ -1,0 +1,214 @@
+"""Checkpoints every N steps, exact resume, a clean stop on SIGINT / SIGTERM, and the exported model.
+
+:class:`RunCheckpoints` (a Lightning callback, added by ``build_run``) writes
+``<output_dir>/checkpoints/step_<N>.ckpt`` every ``trainer.checkpoint_every_n_steps``
+optimizer steps and at the last step, atomically (written under a temporary name, then
+renamed: a kill mid-write leaves the previous checkpoints intact and never a partial
+"latest"), keeping the newest ``trainer.keep_checkpoints``. It writes the policy as a
+Hugging Face folder to ``<output_dir>/hf/final`` at the end (and ``hf/step_<N>`` every
+``trainer.export_every_n_steps``).
+
+What a checkpoint holds, so that a resumed run continues exactly as an uninterrupted one:
+weights (policy and reference), optimizer and scheduler (Lightning), the loop counters
+(Lightning; the rollout seeds derive from ``fit_loop.total_batch_idx``), the prompt loader's
+position (:class:`~grpo_lightning.data.resumable.ResumableLoader`), the NaN counters
+(``GRPOModule.on_save_checkpoint``), the health monitor's memory (``HealthMonitor.state_dict``)
+and every RNG (torch, CUDA, numpy, Python; here). In async generation the batches in flight
+at the checkpoint (generated for the next ``max_staleness`` steps with older weights) are
+waited for and saved as they came out (``AsyncRolloutGenerator.state_dict``): regenerating
+them with their original seeds would sample from the checkpoint's newer weights and change
+the run, so the resumed run trains on exactly the batches the uninterrupted one did.
+
+On SIGINT or SIGTERM the run finishes the current step, writes a checkpoint and
+``hf/step_<N>``, says where, and stops; the CLI then exits with 128 + the signal number.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import re
+import signal
+import sys
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.utilities import rank_zero_only
+
+from grpo_lightning.export import export_hf
+
+CHECKPOINT_DIR = "checkpoints"
+
+
+@rank_zero_only
+def say(message: str) -> None:
+    """A line for the user on stderr (rank zero only)."""
+    print(f"[grpo_lightning] {message}", file=sys.stderr, flush=True)
+
+_NAME = re.compile(r"^step_(\d+)\.ckpt$")
+
+
+def checkpoints_in(output_dir: str | Path) -> list[Path]:
+    """The complete checkpoints under ``<output_dir>/checkpoints``, oldest first."""
+    folder = Path(output_dir) / CHECKPOINT_DIR
+    found = [(int(m.group(1)), p) for p in folder.glob("step_*.ckpt") if (m := _NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def resume_path(resume: str | None, output_dir: str | Path) -> Path | None:
+    """The checkpoint ``trainer.resume`` points to: None (start fresh), ``auto`` or a path."""
+    if resume is None:
+        return None
+    if resume == "auto":
+        found = checkpoints_in(output_dir)
+        if not found:
+            say(f"trainer.resume=auto: no checkpoint under {Path(output_dir) / CHECKPOINT_DIR}; starting fresh")
+            return None
+        say(f"trainer.resume=auto: resuming from {found[-1]}")
+        return found[-1]
+    return Path(resume)
+
+
+def rng_state() -> dict:
+    """Every RNG; numpy's and Python's as pickled bytes (Lightning loads checkpoints with weights_only=True)."""
+    state = {"torch": torch.get_rng_state(), "host": pickle.dumps((np.random.get_state(), random.getstate()))}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    numpy_state, python_state = pickle.loads(state["host"])
+    np.random.set_state(numpy_state)
+    random.setstate(python_state)
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class RunCheckpoints(L.Callback):
+    """Periodic atomic checkpoints, the exported model, and the stop on SIGINT / SIGTERM."""
+
+    def __init__(
+        self, output_dir: str | Path, tokenizer, every_n_steps: int = 0, keep: int = 2,
+        export_every_n_steps: int = 0, handle_signals: bool = True,
+    ):
+        self.output_dir = Path(output_dir)
+        self.tokenizer = tokenizer
+        self.every_n_steps = every_n_steps
+        self.keep = keep
+        self.export_every_n_steps = export_every_n_steps
+        self.handle_signals = handle_signals
+        self.interrupted: int | None = None  # the signal number that stopped the run
+        self.last_checkpoint: Path | None = None
+        self.last_export: Path | None = None
+        self._signal = None
+        self._previous_handlers: dict[int, object] = {}
+        self._rng_to_restore: dict | None = None
+        self._last_step = 0
+
+    # ----------------------------------------------------------------------- state
+    def state_dict(self) -> dict:
+        return {"rng": rng_state()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._rng_to_restore = state_dict.get("rng")
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module, checkpoint: dict) -> None:
+        # A run's last checkpoint is written at its last batch, which Lightning marks as the
+        # end of the (one) epoch: resumed with a larger trainer.max_steps it would stop at
+        # once ("max_epochs=1 reached"). The epoch now has more batches (build_datamodule),
+        # so that batch was not the last: say so before the loops load their state.
+        if trainer.max_steps > checkpoint.get("global_step", 0):
+            progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress")
+            if progress is not None:
+                progress["is_last_batch"] = False
+
+    # ----------------------------------------------------------------------- hooks
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._last_step = trainer.global_step
+        if self._rng_to_restore is not None:  # as it was right after the checkpointed step
+            set_rng_state(self._rng_to_restore)
+            self._rng_to_restore = None
+        if self.handle_signals:
+            self._install_handlers()
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        step, last = trainer.global_step, self._last_step
+        self._last_step = step
+        if self._signal is not None:
+            self.interrupted = self._signal
+            path = self.save(trainer)
+            export = self.export(trainer, pl_module, f"step_{step}")
+            say(
+                f"stopped by {signal.Signals(self._signal).name} after step {step}: "
+                f"checkpoint {path}, model {export}; continue with trainer.resume=auto"
+            )
+            trainer.should_stop = True
+            return
+        if step == last:  # no optimizer step (skipped as non-finite): nothing new to save
+            return
+        every, export_every = self.every_n_steps, self.export_every_n_steps
+        if every and (step // every > last // every or step >= trainer.max_steps):
+            self.save(trainer)
+        if export_every and step // export_every > last // export_every:
+            self.export(trainer, pl_module, f"step_{step}")
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._restore_handlers()
+        if self.interrupted is None:
+            self.export(trainer, pl_module, "final")
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._restore_handlers()
+
+    # ----------------------------------------------------------------------- writing
+    def save(self, trainer: L.Trainer) -> Path:
+        """``trainer.save_checkpoint`` under a temporary name, renamed into place; prune old ones."""
+        folder = self.output_dir / CHECKPOINT_DIR
+        target = folder / f"step_{trainer.global_step:08d}.ckpt"
+        staging = folder / f".{target.name}.tmp"
+        trainer.save_checkpoint(staging)
+        if trainer.is_global_zero:
+            with open(staging, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.replace(staging, target)
+            for old in checkpoints_in(self.output_dir)[: -self.keep]:
+                old.unlink(missing_ok=True)
+        trainer.strategy.barrier()
+        self.last_checkpoint = target
+        return target
+
+    def export(self, trainer: L.Trainer, pl_module, name: str) -> Path:
+        folder = self.output_dir / "hf" / name
+        if trainer.is_global_zero:
+            export_hf(pl_module.policy, self.tokenizer, folder)
+        self.last_export = folder
+        return folder
+
+    # ----------------------------------------------------------------------- signals
+    def _install_handlers(self) -> None:
+        try:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
+        except ValueError:  # not the main thread: leave signals alone
+            self._previous_handlers.clear()
+
+    def _restore_handlers(self) -> None:
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)
+        self._previous_handlers.clear()
+
+    def _on_signal(self, signum, frame) -> None:
+        if self._signal is not None:  # a second signal: stop now, the default way
+            self._restore_handlers()
+            signal.raise_signal(signum)
+            return
+        self._signal = signum
+        say(
+            f"got {signal.Signals(signum).name}: stopping after this step to write a "
+            f"checkpoint and the model (send it again to stop at once)"
+        )

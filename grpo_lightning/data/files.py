@@ -1,0 +1,160 @@
+"""``task=dataset``: your own prompts from a file, read with Hugging Face ``datasets``.
+
+``task.path`` is a ``.jsonl``, ``.json``, ``.parquet`` or ``.csv`` file, or a folder written by
+``datasets.Dataset.save_to_disk``. A prompt (``task.prompt_column``) is a string or a list of
+chat messages (TRL's conversational format); every other column reaches the reward
+functions as a keyword argument. :func:`check_prompts` rejects bad rows by file and row,
+with the tokenizer but before any model loads.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from grpo_lightning.config import TaskConfig
+
+BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+ROLES = ("system", "user", "assistant")
+
+
+class DataError(ValueError):
+    """A prompt file or one of its rows is unusable; the message names the file, the row and the fix."""
+
+
+def read_records(path: str, field: str, prompt_column: str) -> list[dict]:
+    """The rows of ``path`` as dicts, with the prompt under ``"prompt"``."""
+    import datasets
+
+    source = Path(path).expanduser()
+    if not source.exists():
+        raise DataError(f"{field}={path!r}: no such file or folder")
+    datasets.disable_progress_bars()
+    if source.is_dir():
+        try:
+            data = datasets.load_from_disk(str(source))
+        except FileNotFoundError as err:
+            raise DataError(
+                f"{field}={path!r} is a folder but not one written by datasets.Dataset.save_to_disk: {err}"
+            ) from err
+        if isinstance(data, datasets.DatasetDict):
+            split = "train" if "train" in data else next(iter(data))
+            data = data[split]
+    else:
+        builder = BUILDERS.get(source.suffix.lower())
+        if builder is None:
+            raise DataError(
+                f"{field}={path!r}: unsupported file type {source.suffix!r}; use one of {sorted(BUILDERS)} "
+                f"or a folder written by datasets.Dataset.save_to_disk"
+            )
+        try:
+            data = datasets.load_dataset(builder, data_files=str(source), split="train")
+        except Exception as err:
+            raise DataError(f"{field}={path!r} could not be read as {builder}: {type(err).__name__}: {err}") from err
+    if prompt_column not in data.column_names:
+        raise DataError(
+            f"{field}={path!r} has no column {prompt_column!r} (task.prompt_column); its columns are "
+            f"{data.column_names}: rename the prompt column or set task.prompt_column to one of them"
+        )
+    records = data.to_list()
+    if prompt_column != "prompt":
+        for record in records:
+            record["prompt"] = record.pop(prompt_column)
+    for index, record in enumerate(records):
+        _check_prompt_shape(record["prompt"], path, index, prompt_column)
+    return records
+
+
+def _check_prompt_shape(prompt, path: str, row: int, column: str) -> None:
+    where = f"{path} row {row}: column {column!r}"
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise DataError(f"{where} is empty; give every row a prompt, or drop the row")
+        return
+    if isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt):
+        for message in prompt:
+            if message.get("role") not in ROLES or not isinstance(message.get("content"), str):
+                raise DataError(
+                    f"{where}: message {message!r} needs a role in {list(ROLES)} and a string content"
+                )
+        if not any(m["content"].strip() for m in prompt):
+            raise DataError(f"{where}: every message is empty; give every row a prompt, or drop the row")
+        return
+    raise DataError(
+        f"{where} must be a string or a list of chat messages [{{'role': ..., 'content': ...}}], "
+        f"got {type(prompt).__name__}: {str(prompt)[:80]!r}"
+    )
+
+
+def dataset_records(task: TaskConfig, check=None) -> tuple[list[dict], list[dict]]:
+    """Train and validation records of ``task.path`` (and ``task.val_path``, or a seeded split);
+    ``check(records, source)`` runs on each file's rows as read."""
+    train = read_records(task.path, "task.path", task.prompt_column)
+    if check is not None:
+        check(train, task.path)
+    if task.val_path:
+        val = read_records(task.val_path, "task.val_path", task.prompt_column)
+        if check is not None:
+            check(val, task.val_path)
+        return train, val
+    order = list(range(len(train)))
+    random.Random(task.seed).shuffle(order)
+    num_val = int(len(train) * task.val_fraction)
+    return [train[i] for i in order[num_val:]], [train[i] for i in order[:num_val]]
+
+
+def check_prompts(records: list[dict], formatter, max_prompt_tokens: int, source: str) -> None:
+    """Reject prompts the tokenizer cannot encode or that leave no room for the completion."""
+    tokenizer = formatter.tokenizer
+    unk = tokenizer.unk_token_id
+    char_ok: dict[str, bool] = {}
+    for row, record in enumerate(records):
+        prompt = record["prompt"]
+        texts = [prompt] if isinstance(prompt, str) else [m["content"] for m in prompt]
+        if unk is not None:
+            bad = sorted({c for text in texts for c in text if not _encodable(tokenizer, c, unk, char_ok)})
+            if bad:
+                raise DataError(
+                    f"{source} row {row}: the tokenizer cannot encode the characters {bad} of prompt "
+                    f"{_short(prompt)} (it would turn them into {tokenizer.unk_token!r}); remove them from "
+                    f"the data or use a model whose tokenizer has them (the tiny model's alphabet is "
+                    f"model.tiny.alphabet)"
+                )
+        try:
+            length = len(formatter(prompt))
+        except ValueError as err:  # e.g. chat messages for a tokenizer without a chat template
+            raise DataError(f"{source} row {row}: {err}") from err
+        if length > max_prompt_tokens:
+            raise DataError(
+                f"{source} row {row}: the prompt {_short(prompt)} is {length} tokens, more than the model's "
+                f"context minus rollout.max_new_tokens ({max_prompt_tokens}); shorten or drop it, lower "
+                f"rollout.max_new_tokens, or use a model with a longer context"
+            )
+
+
+def _encodable(tokenizer, char: str, unk: int, cache: dict[str, bool]) -> bool:
+    if char not in cache:
+        cache[char] = unk not in tokenizer(char, add_special_tokens=False)["input_ids"]
+    return cache[char]
+
+
+def _short(prompt) -> str:
+    text = prompt if isinstance(prompt, str) else str(prompt)
+    return repr(text[:60] + ("..." if len(text) > 60 else ""))
+
+
+def prompt_check(cfg):
+    """``check(records, source)`` for :func:`dataset_records`: the tokenizer and context of
+    ``cfg.model`` (loaded without the weights) against every prompt; None if no tokenizer loads."""
+    from grpo_lightning.data.prompting import PromptFormatter
+    from grpo_lightning.models.loading import load_tokenizer
+
+    tokenizer, context = load_tokenizer(cfg.model)
+    if tokenizer is None:
+        return None
+    t = cfg.task
+    formatter = PromptFormatter(tokenizer, t.system_prompt, t.instruction, use_chat_template=t.chat_template)
+    limit = (context or 1 << 30) - cfg.rollout.max_new_tokens
+    return lambda records, source: check_prompts(records, formatter, limit, source)
