@@ -96,8 +96,13 @@ class RewardScorer:
                 f"{[r.name for r in self.rewards]} all returned None for it ({len(none_apply)} samples "
                 f"like it); add a reward that scores it, or drop such rows from the data"
             )
-        total = torch.where(applied, weighted, 0.0).sum(dim=0)
-        return total, components
+        # Added function after function, elementwise, so every sample's terms are summed in the
+        # same order: samples that every function scores alike get bit-equal totals (a tied
+        # group stays tied). A reduction over dim 0 may order the additions per column.
+        total = torch.zeros(weighted.shape[1], dtype=torch.float64)
+        for row in torch.where(applied, weighted, 0.0).double():
+            total = total + row
+        return total.float(), components
 
     def _call_all(self, prompts: list, completions: list, kwargs: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
