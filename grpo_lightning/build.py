@@ -34,6 +34,7 @@ from grpo_lightning.rollout import (
     SamplingSettings,
     WeightSync,
 )
+from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
 
 
 @dataclass
@@ -206,6 +207,8 @@ def build_run(
         weight_sync=WeightSync(v.sync_every, v.verify_sync, v.verify_tolerance),
         **extra,
     )
+    if r.dynamic_sampling:
+        rollout.dynamic = DynamicSampling(datamodule.train_records, r.max_sampling_rounds)
     module = GRPOModule(
         policy, cfg.algorithm, rollout=rollout, correctness_reward=cfg.task.correctness_reward,
         eval_max_new_tokens=cfg.eval.max_new_tokens, eval_pass_k=cfg.eval.pass_k,

@@ -20,6 +20,7 @@ from grpo_lightning.algorithm import (
     LOSS_AGG_MODES,
     POLICY_LOSSES,
 )
+from grpo_lightning.algorithm.lr_schedule import LR_SCHEDULES
 
 ENGINES = ("hf", "vllm")
 ROLLOUT_MODES = ("sync", "async")
@@ -89,6 +90,7 @@ class TaskConfig:
     truncate_prompts: bool = _f(False, "Keep the last (context - rollout.max_new_tokens) tokens of a prompt that is longer, and report how many were cut; false stops with an error naming the row.")
     chat_template: bool = _f(True, "Wrap prompts in the tokenizer's chat template when it has one (instruction-tuned models).")
     max_completion_chars: int = _f(0, "length_penalty: completions longer than this many characters lose reward; 0 turns it off.")
+    overlong_buffer_tokens: int = _f(0, "overlong_penalty (DAPO's soft overlong punishment): the penalty falls from 0 to -1 over the last this many tokens of rollout.max_new_tokens; 0 takes a fifth of max_new_tokens (DAPO's 4096 of 20480).")
     path: Optional[str] = _f(None, "dataset: the training prompts, a .jsonl, .json, .parquet or .csv file or a folder written by datasets.Dataset.save_to_disk (read with Hugging Face datasets).")
     val_path: Optional[str] = _f(None, "dataset: held-out prompts in a file or folder like task.path; null splits task.val_fraction off task.path instead.")
     prompt_column: str = _f("prompt", "dataset: the column holding the prompt, a string or a list of chat messages ({role, content}); every other column reaches the reward functions as a keyword argument.")
@@ -134,6 +136,8 @@ class RolloutConfig:
     mode: str = _f("sync", f"One of {ROLLOUT_MODES}. async (vllm only) generates the next batches in the background while the module trains (off-policy by max_staleness steps).")
     max_staleness: int = _f(1, "async: how many generation batches run ahead of training (each is that many optimizer steps stale).")
     vllm: VLLMConfig = _f(VLLMConfig(), "vLLM engine settings (rollout.engine=vllm).")
+    dynamic_sampling: bool = _f(False, "DAPO's dynamic sampling: drop groups whose rewards are all equal (no signal) and generate more prompts, drawn reproducibly from the training records, until the batch holds prompts_per_step informative groups.")
+    max_sampling_rounds: int = _f(3, "dynamic_sampling: generation rounds per step at most (1 = the loader's prompts only); a batch still short after them is topped up with tied groups.")
     progress_min_tokens: int = _f(32, "Show a per-token progress bar for rollouts with max_new_tokens >= this (long, slow ones); 0 never.")
 
 
@@ -159,6 +163,11 @@ class AlgorithmConfig:
     logprob_chunk_mb: float = _f(96.0, "Memory budget (MB) of the float32 logits that exist at once in the log-prob computation; token positions go through the output head in chunks that fit it.")
     is_level: str = _f("none", f"Truncated importance sampling between engine and trainer log-probs, one of {IS_LEVELS}; corrects off-policy (async) and engine mismatch.")
     is_cap: float = _f(2.0, "Upper bound of the truncated importance weight (> 0).")
+    sapo_tau_pos: float = _f(1.0, "policy_loss=sapo: temperature of the soft gate for positive advantages (> 0).")
+    sapo_tau_neg: float = _f(1.05, "policy_loss=sapo: temperature of the soft gate for negative advantages (> 0; above tau_pos damps negative updates faster).")
+    entropy_coef: float = _f(0.0, "Entropy bonus: loss -= entropy_coef x aggregate(per-token entropy), aggregated like the other terms; 0 turns it off.")
+    lr_schedule: str = _f("constant", f"Learning-rate schedule after the linear warm-up (warmup_steps), one of {LR_SCHEDULES}; linear and cosine decay to 0 at trainer.max_steps.")
+    mask_truncated: bool = _f(False, "Drop completions cut at rollout.max_new_tokens (no EOS) from the loss (DAPO's overlong filtering).")
 
 
 @dataclass
@@ -225,6 +234,25 @@ class DegenerateCheckConfig:
     min_tokens: int = _f(4, "F3: a completion of at least this many copies of one token (EOS aside) is degenerate.")
     max_degenerate_frac: float = _f(0.5, "F3: alert when more than this fraction of the completions is degenerate.")
     min_entropy: float = _f(1e-3, "F3: alert when the policy's mean per-token entropy (nats) falls below this.")
+    entropy_collapse_ratio: float = _f(0.25, "Also alert when the entropy falls below this fraction of the run's starting entropy while the correctness reward (recent steps) fell below its start by more than two standard errors or is 0.")
+    entropy_baseline_steps: int = _f(5, "Steps whose mean entropy and correctness are the run's start (and the steps the recent correctness is averaged over).")
+
+
+@dataclass
+class RewardHackingCheckConfig:
+    action: str = _f("warn", _ACTION_HELP)
+    patience: int = _f(1, _PATIENCE_HELP)
+    window: int = _f(20, "Steps compared as an early and a late half (training rewards).")
+    min_rise: float = _f(0.1, "A shaping reward component 'rises' when its mean gained more than this (and two standard errors) from the early to the late half.")
+    min_fall: float = _f(0.05, "The correctness component 'falls' when its mean lost more than this (and two standard errors); exactly 0 on every sample of the window counts too.")
+
+
+@dataclass
+class TruncationCheckConfig:
+    action: str = _f("warn", _ACTION_HELP)
+    patience: int = _f(1, _PATIENCE_HELP)
+    window: int = _f(20, "Steps over which the share of cut completions is averaged.")
+    max_clipped_frac: float = _f(0.8, "Alert when more than this share of the completions was cut at rollout.max_new_tokens.")
 
 
 @dataclass
@@ -263,9 +291,14 @@ class HealthConfig:
     no_update: NoUpdateCheckConfig = _f(NoUpdateCheckConfig(), "F4: zero parameter update; KL stuck at exactly zero.")
     reward_signal: RewardSignalCheckConfig = _f(RewardSignalCheckConfig(), "Fraction of groups with zero reward std.")
     normalization: NormalizationCheckConfig = _f(NormalizationCheckConfig(), "F5: one aggregation mode and normalizer for every loss term.")
+    reward_hacking: RewardHackingCheckConfig = _f(RewardHackingCheckConfig(), "Shaping rewards rising while correctness falls or stays at zero; held-out accuracy below its pre-training value.")
+    truncation: TruncationCheckConfig = _f(TruncationCheckConfig(), "Most completions cut at rollout.max_new_tokens.")
 
 
-HEALTH_CHECKS = ("diversity", "duplicates", "nonfinite", "degenerate", "no_update", "reward_signal", "normalization")
+HEALTH_CHECKS = (
+    "diversity", "duplicates", "nonfinite", "degenerate", "no_update", "reward_signal", "normalization",
+    "reward_hacking", "truncation",
+)
 
 
 def _validate_health(problems: list[str], h: HealthConfig) -> None:
@@ -280,6 +313,11 @@ def _validate_health(problems: list[str], h: HealthConfig) -> None:
         _check(problems, 0 <= check.min_excess_frac < 1, f"health.{name}.min_excess_frac={check.min_excess_frac} must be in [0, 1)")
     _check(problems, h.reward_signal.window >= 1, f"health.reward_signal.window={h.reward_signal.window} must be >= 1")
     _check(problems, 0 <= h.reward_signal.max_stuck_frac <= 1, f"health.reward_signal.max_stuck_frac={h.reward_signal.max_stuck_frac} must be in [0, 1]")
+    _check(problems, 0 < h.degenerate.entropy_collapse_ratio < 1, f"health.degenerate.entropy_collapse_ratio={h.degenerate.entropy_collapse_ratio} must be in (0, 1)")
+    _check(problems, h.degenerate.entropy_baseline_steps >= 1, f"health.degenerate.entropy_baseline_steps={h.degenerate.entropy_baseline_steps} must be >= 1")
+    for name in ("reward_hacking", "truncation"):
+        _check(problems, getattr(h, name).window >= 2, f"health.{name}.window={getattr(h, name).window} must be >= 2")
+    _check(problems, 0 <= h.truncation.max_clipped_frac < 1, f"health.truncation.max_clipped_frac={h.truncation.max_clipped_frac} must be in [0, 1)")
     _check(problems, h.degenerate.min_tokens >= 2, f"health.degenerate.min_tokens={h.degenerate.min_tokens} must be >= 2")
     _check(problems, h.no_update.tracked_per_tensor >= 1, f"health.no_update.tracked_per_tensor={h.no_update.tracked_per_tensor} must be >= 1")
 
@@ -302,7 +340,7 @@ class TrainConfig:
     algorithm: AlgorithmConfig = _f(AlgorithmConfig(), "The GRPO objective and optimizer.")
     trainer: TrainerConfig = _f(TrainerConfig(), "The Lightning Trainer.")
     logger: LoggerConfig = _f(LoggerConfig(), "Metrics logging.")
-    health: HealthConfig = _f(HealthConfig(), "The health monitor: one check per failure (F1-F5, described in docs/failure_modes.md), each with thresholds, patience and an action.")
+    health: HealthConfig = _f(HealthConfig(), "The health monitor: one check per failure (F1-F7, described in docs/failure_modes.md), each with thresholds, patience and an action.")
     eval: EvalConfig = _f(EvalConfig(), "Held-out evaluation: val/accuracy (greedy) and val/pass@k.")
 
 
@@ -400,6 +438,11 @@ def validate_config(cfg: TrainConfig) -> None:
     _check(problems, t.keep_checkpoints >= 1, f"trainer.keep_checkpoints={t.keep_checkpoints} must be >= 1")
     _check(problems, t.export_every_n_steps >= 0, f"trainer.export_every_n_steps={t.export_every_n_steps} must be >= 0 (0 = only hf/final)")
     _check(problems, cfg.task.size >= 1, f"task.size={cfg.task.size} must be >= 1")
+    _check(
+        problems, 0 <= cfg.task.overlong_buffer_tokens <= r.max_new_tokens,
+        f"task.overlong_buffer_tokens={cfg.task.overlong_buffer_tokens} must be in [0, rollout.max_new_tokens="
+        f"{r.max_new_tokens}] (0 = a fifth of the budget)",
+    )
     _check(problems, cfg.task.max_completion_chars >= 0, f"task.max_completion_chars={cfg.task.max_completion_chars} must be >= 0 (0 = off)")
     e = cfg.eval
     _check(problems, e.every_n_steps >= 0, f"eval.every_n_steps={e.every_n_steps} must be >= 0 (0 = at the end only)")
@@ -435,6 +478,13 @@ def validate_config(cfg: TrainConfig) -> None:
     _choice(problems, "rollout.mode", r.mode, ROLLOUT_MODES)
     _choice(problems, "algorithm.is_level", a.is_level, IS_LEVELS)
     _check(problems, a.is_cap > 0, f"algorithm.is_cap={a.is_cap} must be > 0")
+    _check(problems, a.sapo_tau_pos > 0, f"algorithm.sapo_tau_pos={a.sapo_tau_pos} must be > 0")
+    _check(problems, a.sapo_tau_neg > 0, f"algorithm.sapo_tau_neg={a.sapo_tau_neg} must be > 0")
+    _check(problems, a.entropy_coef >= 0, f"algorithm.entropy_coef={a.entropy_coef} must be >= 0 (0 turns the bonus off)")
+    _choice(problems, "algorithm.lr_schedule", a.lr_schedule, LR_SCHEDULES)
+    _check(problems, a.warmup_steps >= 0, f"algorithm.warmup_steps={a.warmup_steps} must be >= 0")
+    _check(problems, r.max_sampling_rounds >= 1, f"rollout.max_sampling_rounds={r.max_sampling_rounds} must be >= 1")
+    _check(problems, not r.dynamic_sampling or r.mode == "sync", "rollout.dynamic_sampling=true needs rollout.mode=sync (async generation queues its batches before their rewards are known)")
     _check(problems, r.max_staleness >= 1, f"rollout.max_staleness={r.max_staleness} must be >= 1")
     _check(problems, r.mode != "async" or r.engine == "vllm", "rollout.mode=async needs rollout.engine=vllm (the HF engine generates with the policy being trained)")
     server = r.vllm.server

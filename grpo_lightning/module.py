@@ -24,6 +24,7 @@ added freely since none of them is load-bearing.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import warnings
 from contextlib import nullcontext
@@ -43,8 +44,10 @@ from grpo_lightning.algorithm import (
     loss_normalizer,
     micro_batch_loss,
     selective_log_probs,
+    sequences_in_loss,
     tied_groups,
 )
+from grpo_lightning.algorithm.lr_schedule import lr_factor
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.guards import NonFiniteCounters, NonFiniteTrainingError
@@ -216,7 +219,8 @@ class GRPOModule(L.LightningModule):
         # The micro-batch slices (trimmed of padding) serve the frozen passes and every
         # optimization pass alike: computed once.
         batches = list(self._micro_batches(rollout))
-        mask = rollout.completion_mask.float()
+        in_loss = sequences_in_loss(rollout, self.cfg)
+        mask = rollout.completion_mask.float() * (in_loss[:, None] if in_loss is not None else 1.0)
         return PreparedBatch(
             micro_batches=batches,
             advantages=compute_advantages(rollout.rewards, rollout.group_size, self.cfg),
@@ -224,6 +228,7 @@ class GRPOModule(L.LightningModule):
             max_new_tokens=rollout.max_new_tokens,
             reference=self._reference_log_probs(rollout, batches) if self.reference is not None else None,
             old=self._frozen_log_probs(self.policy, rollout, batches) if self.cfg.num_iterations > 1 else None,
+            in_loss=in_loss,
         )
 
     def accumulate_gradients(self, rollout: RolloutBatch, prepared: PreparedBatch) -> PassStats:
@@ -242,7 +247,8 @@ class GRPOModule(L.LightningModule):
         sums: list[torch.Tensor] = []  # per micro-batch, on the device
         for index, mb in enumerate(batches):
             logprobs = self.completion_log_probs(
-                self.policy, mb.input_ids, mb.attention_mask, mb.prompt_width, rollout.temperature, with_entropy=True
+                self.policy, mb.input_ids, mb.attention_mask, mb.prompt_width, rollout.temperature, with_entropy=True,
+                entropy_grad=self.cfg.entropy_coef > 0,
             )
             terms = micro_batch_loss(logprobs, mb, prepared, self.cfg)
             with self._no_sync(index == len(batches) - 1):
@@ -296,8 +302,11 @@ class GRPOModule(L.LightningModule):
         elif not math.isfinite(result.grad_norms[-1]):
             reason = "grad"
         elif stats.kept_tokens == 0:
-            reason = "no_finite_sequence"
-        if reason is None:
+            # No token in the loss: every sequence non-finite, or (mask_truncated) every one cut.
+            reason = "no_finite_sequence" if stats.dropped_seqs else "nothing_in_loss"
+        if reason == "nothing_in_loss":  # nothing to learn from, and nothing went wrong: no step, no alarm
+            result.skipped.append(reason)
+        elif reason is None:
             torch.nn.utils.clip_grads_with_norm_(params, self.cfg.max_grad_norm, grad_norm)
             optimizer.step()
             self.lr_schedulers().step()
@@ -314,7 +323,7 @@ class GRPOModule(L.LightningModule):
     # ----------------------------------------------------------------------- log-probs
     def completion_log_probs(
         self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-        prompt_width: int, temperature: float, with_entropy: bool = False,
+        prompt_width: int, temperature: float, with_entropy: bool = False, entropy_grad: bool = False,
     ) -> TokenLogProbs:
         """Float32 log-probs [B, C] of the completion tokens (columns from ``prompt_width`` on).
 
@@ -329,10 +338,10 @@ class GRPOModule(L.LightningModule):
         if head is not None:
             hidden = model.get_decoder()(**inputs).last_hidden_state[:, prompt_width - 1 : -1]
             rows = self._chunk_rows(head.out_features)
-            return lm_head_log_probs(hidden, head, targets, temperature, rows, with_entropy)
+            return lm_head_log_probs(hidden, head, targets, temperature, rows, with_entropy, entropy_grad)
         logits = model(**inputs, logits_to_keep=targets.shape[1] + 1).logits[:, :-1]
         rows = self._chunk_rows(logits.shape[-1])
-        return selective_log_probs(logits, targets, temperature, rows, with_entropy)
+        return selective_log_probs(logits, targets, temperature, rows, with_entropy, entropy_grad)
 
     def _chunk_rows(self, vocab_size: int) -> int:
         """Token positions per chunk so that their float32 logits fit ``logprob_chunk_mb``."""
@@ -484,9 +493,10 @@ class GRPOModule(L.LightningModule):
         optimizer = torch.optim.AdamW(  # what trains: every weight, or the LoRA adapters only
             [p for p in self.policy.parameters() if p.requires_grad], lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
         )
-        warmup = max(self.cfg.warmup_steps, 0)
+        warmup, schedule = max(self.cfg.warmup_steps, 0), self.cfg.lr_schedule
+        total = self.trainer.max_steps if self._trainer is not None and self.trainer.max_steps > 0 else 0
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1)) if warmup else 1.0
+            optimizer, functools.partial(lr_factor, schedule=schedule, warmup=warmup, total=total)
         )
         return {"optimizer": optimizer, "lr_scheduler": scheduler}
 

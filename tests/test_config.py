@@ -42,6 +42,15 @@ def test_composed_default_config_is_valid_and_equals_the_dataclass_defaults():
     assert compose_config("algorithm=dr_grpo").algorithm.advantage_scale == "none"
 
 
+def test_the_dapo_preset_composes_every_dapo_setting_onto_any_task():
+    cfg = compose_config("+preset=dapo", "task=reasoning_gym")
+    validate_config(cfg)
+    a = cfg.algorithm
+    assert (a.beta, a.loss_agg, a.clip_high, a.mask_truncated) == (0.0, "token_mean", 0.28, True)
+    assert cfg.rollout.dynamic_sampling
+    assert cfg.task.rewards["overlong_penalty"] == 1.0 and cfg.task.rewards["reasoning_gym"] == 1.0
+
+
 GROUP_OPTIONS = sorted(p.relative_to(CONF_DIR).with_suffix("").as_posix() for p in CONF_DIR.glob("*/*.yaml"))
 
 
@@ -66,7 +75,17 @@ def test_a_group_option_holds_only_what_differs_from_the_defaults(option):
     """
     assert len(GROUP_OPTIONS) >= 15
     group = option.split("/")[0]
-    raw = OmegaConf.to_container(OmegaConf.load(CONF_DIR / f"{option}.yaml"), resolve=False)
+    path = CONF_DIR / f"{option}.yaml"
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    if path.read_text().startswith("# @package _global_"):
+        # A preset spanning groups (+preset=dapo): each group it sets is merged onto the
+        # default config with the group options its defaults list overrides.
+        overrides = [f"{k.removeprefix('override /')}={v}" for d in raw.pop("defaults", []) if d != "_self_" for k, v in d.items()]
+        with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+            base = OmegaConf.to_container(compose("train", overrides=overrides), resolve=False)
+        repeated = [r for key, value in raw.items() for r in repeated_values(value, base[key], key)]
+        assert not repeated, f"{option}.yaml repeats what it is merged onto: {repeated}"
+        return
     parents = [d for d in raw.pop("defaults", []) if d != "_self_"]
     assert len(parents) <= 1, parents
     if parents:

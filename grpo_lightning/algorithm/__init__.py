@@ -32,6 +32,7 @@ from grpo_lightning.algorithm.objective import (
     PreparedBatch,
     aggregate_term,
     micro_batch_loss,
+    sequences_in_loss,
 )
 from grpo_lightning.algorithm.policy_loss import (
     POLICY_LOSSES,
@@ -72,6 +73,7 @@ __all__ = [
     "register_policy_loss",
     "rewards_equal",
     "selective_log_probs",
+    "sequences_in_loss",
     "tied_groups",
     "truncated_importance_weights",
 ]

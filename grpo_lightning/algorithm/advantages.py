@@ -123,3 +123,55 @@ def compute_advantages(rewards: torch.Tensor, group_size: int, cfg: Any) -> torc
 def grpo_advantages(rewards: torch.Tensor, group_size: int, cfg: Any) -> torch.Tensor:
     """GRPO's group-relative advantage, scaled by ``cfg.advantage_scale`` (group / batch / none)."""
     return group_advantages(rewards, group_size, cfg.advantage_scale, cfg.advantage_eps)
+
+
+@register_advantage_estimator("dr_grpo")
+def dr_grpo_advantages(rewards: torch.Tensor, group_size: int, cfg: Any) -> torch.Tensor:
+    """Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training", arXiv 2503.20783):
+    ``A_i = r_i - mean_g`` with no division by the group's std (which up-weights prompts that
+    are nearly solved or nearly failed). The same as ``grpo`` with ``advantage_scale=none``;
+    selectable by name. A tied group gets exactly 0."""
+    return group_advantages(rewards, group_size, "none")
+
+
+@register_advantage_estimator("rloo")
+def rloo_advantages(rewards: torch.Tensor, group_size: int, cfg: Any) -> torch.Tensor:
+    """RLOO, REINFORCE Leave-One-Out (Kool et al. 2019; Ahmadian et al. 2024, arXiv 2402.14740):
+    each sample's baseline is the mean of the OTHER G - 1 samples of its group,
+
+        A_i = r_i - (1 / (G - 1)) sum_{j != i} r_j  =  G / (G - 1) * (r_i - mean_g),
+
+    an unbiased baseline (it does not depend on the sample it scores). No std scaling.
+    Computed in float64; a tied group (which includes a group of one) gets exactly 0."""
+    centered = group_advantages(rewards, group_size, "none").to(torch.float64)
+    if group_size > 1:
+        centered = centered * (group_size / (group_size - 1))
+    return centered.to(torch.float32)
+
+
+@register_advantage_estimator("reinforce_pp")
+def reinforce_pp_advantages(rewards: torch.Tensor, group_size: int, cfg: Any) -> torch.Tensor:
+    """REINFORCE++ (Hu 2025, arXiv 2501.03262) for outcome rewards: no group baseline; the
+    returns are whitened over the whole generation batch,
+
+        A_i = (r_i - mean_batch) / (std_batch + advantage_eps),
+
+    (one value per sequence; verl's ``reinforce_plus_plus`` whitens the token-level returns,
+    which with a single outcome reward differs only in weighting each sequence by its length).
+    The KL penalty stays in the loss (``algorithm.beta``), not in the reward.
+
+    **Tied groups** carry signal here: a group that all solved its prompt is better than the
+    batch mean, and REINFORCE++ means to reinforce it. What must not carry signal is rounding,
+    so every sample of a tied group (:func:`tied_groups`) is given its group's mean reward
+    before whitening: all its samples get the *same* advantage, bit for bit. When the whole
+    batch is one tie (every reward the same by :func:`rewards_equal`), every advantage is
+    exactly 0 (never ``0 / eps``). Statistics in float64. Note: the batch is this rank's
+    generation batch (under DDP each rank whitens its own).
+    """
+    grouped = _grouped(rewards, group_size)
+    tied = tied_groups(rewards, group_size)
+    grouped = torch.where(tied[:, None], grouped.mean(dim=1, keepdim=True), grouped)
+    flat = grouped.reshape(-1)
+    if flat.numel() < 2 or bool(rewards_equal(flat.max(), flat.min())):
+        return torch.zeros(flat.numel(), dtype=torch.float32)
+    return ((flat - flat.mean()) / (flat.std() + cfg.advantage_eps)).to(torch.float32)

@@ -25,7 +25,7 @@ class TokenLogProbs(NamedTuple):
 
 
 def _chunk_log_probs(
-    z: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+    z: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool, entropy_grad: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Log-prob of ``targets``, finiteness and entropy for one chunk of [rows, V] logits."""
     z = z.float()
@@ -39,7 +39,7 @@ def _chunk_log_probs(
     logp = torch.where(ok, logp, torch.zeros_like(logp))
     if not with_entropy:  # a diagnostic: no graph is kept for it
         return logp, ok, logp.new_zeros(())
-    with torch.no_grad():
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):  # the entropy bonus needs its gradient
         entropy = lse - (torch.softmax(z, dim=-1) * z).sum(dim=-1)
     return logp, ok, entropy
 
@@ -61,11 +61,13 @@ def selective_log_probs(
     temperature: float = 1.0,
     chunk_size: int = 512,
     with_entropy: bool = False,
+    entropy_grad: bool = False,
 ) -> TokenLogProbs:
     """``log softmax(logits / temperature)[targets]`` in float32, ``chunk_size`` rows at a time.
 
     ``logits`` [B, T, V] in any dtype, ``targets`` [B, T] token ids. Entropy, if asked for,
-    is ``logsumexp(z) - sum(softmax(z) * z)`` per position (in nats), without gradient.
+    is ``logsumexp(z) - sum(softmax(z) * z)`` per position (in nats), without gradient unless
+    ``entropy_grad`` (the entropy bonus, ``algorithm.entropy_coef``).
     """
     if logits.shape[:-1] != targets.shape:
         raise ValueError(
@@ -74,7 +76,7 @@ def selective_log_probs(
     batch, time, vocab = logits.shape
     flat_logits, flat_targets = logits.reshape(-1, vocab), targets.reshape(-1)
     parts = [
-        _chunk_log_probs(flat_logits[i : i + chunk_size], flat_targets[i : i + chunk_size], temperature, with_entropy)
+        _chunk_log_probs(flat_logits[i : i + chunk_size], flat_targets[i : i + chunk_size], temperature, with_entropy, entropy_grad)
         for i in range(0, flat_logits.shape[0], chunk_size)
     ]
     return _assemble(parts, batch, time, with_entropy)
@@ -87,6 +89,7 @@ def lm_head_log_probs(
     temperature: float = 1.0,
     chunk_size: int = 512,
     with_entropy: bool = False,
+    entropy_grad: bool = False,
 ) -> TokenLogProbs:
     """Like :func:`selective_log_probs`, from the final hidden states [B, T, H].
 
@@ -100,7 +103,7 @@ def lm_head_log_probs(
     flat_hidden, flat_targets = hidden.reshape(-1, width), targets.reshape(-1)
 
     def chunk(h: torch.Tensor, t: torch.Tensor):
-        return _chunk_log_probs(lm_head(h), t, temperature, with_entropy)
+        return _chunk_log_probs(lm_head(h), t, temperature, with_entropy, entropy_grad)
 
     # One chunk's logits are within the budget anyway: recomputing them would only cost time.
     recompute = flat_hidden.shape[0] > chunk_size and torch.is_grad_enabled() and (

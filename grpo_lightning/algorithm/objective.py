@@ -1,10 +1,12 @@
 """The GRPO objective of one micro-batch, from the policy's log-probs to the loss terms.
 
-``loss = aggregate(policy_loss x w) + beta x aggregate(KL)`` where ``policy_loss`` is the
+``loss = aggregate(policy_loss x w) + beta x aggregate(KL) - entropy_coef x aggregate(entropy)`` where ``policy_loss`` is the
 registered loss named by ``algorithm.policy_loss``, ``w`` the truncated importance weight
 pi_old / pi_engine (only with ``algorithm.is_level`` != none), and both terms are aggregated
 with the same mode (``algorithm.loss_agg``) and the same normalizer of the whole
-generation batch (F5). A sequence with a non-finite log-prob (policy, reference or old) is
+generation batch (F5); so is the entropy bonus, a separate term (the F5 identity check
+reads the policy term alone). With ``algorithm.mask_truncated`` a completion cut at
+``max_new_tokens`` is out of every term (and of the normalizer). A sequence with a non-finite log-prob (policy, reference or old) is
 dropped from both terms; its rows never produce a gradient (F3).
 
 Pure tensor math: no Lightning, no I/O. The module feeds it micro-batches and back-propagates
@@ -55,6 +57,16 @@ class PreparedBatch:
     max_new_tokens: int  # the horizon of seq_mean_token_sum_norm
     reference: TokenLogProbs | None  # [N, C] without gradient, when beta > 0
     old: TokenLogProbs | None  # [N, C] without gradient, when num_iterations > 1
+    in_loss: torch.Tensor | None = None  # [N] bool: sequences in the loss (mask_truncated); None: all
+
+
+def sequences_in_loss(rollout: Any, cfg: Any) -> torch.Tensor | None:
+    """[N] bool, the sequences the loss sees: with ``cfg.mask_truncated`` those that ended
+    (EOS) before ``max_new_tokens`` (DAPO's overlong filtering); None (all) otherwise or
+    when the engine did not say which ended."""
+    if not getattr(cfg, "mask_truncated", False) or rollout.finished is None:
+        return None
+    return rollout.finished.to(rollout.completion_mask.device).bool()
 
 
 @dataclass(frozen=True)
@@ -81,6 +93,7 @@ class LossTerms:
     clip_low_sum: torch.Tensor  # tokens whose ratio the lower clip bounded
     clip_high_sum: torch.Tensor  # tokens whose ratio the upper clip bounded
     importance: ImportanceWeights | None  # engine/trainer mismatch, when the rollout has engine log-probs
+    entropy: torch.Tensor | None = None  # scalar, the aggregated entropy term (entropy_coef > 0)
 
 
 def _frozen_slice(frozen: TokenLogProbs | None, mb: MicroBatch) -> TokenLogProbs | None:
@@ -107,7 +120,10 @@ def micro_batch_loss(policy: TokenLogProbs, mb: MicroBatch, prepared: PreparedBa
         if frozen is not None:
             finite = finite & frozen.finite
     kept = (finite | ~mask).all(dim=1)
-    token_mask = (mask & kept[:, None]).float()
+    token_mask = mask & kept[:, None]
+    if prepared.in_loss is not None:
+        token_mask = token_mask & prepared.in_loss[mb.rows, None]
+    token_mask = token_mask.float()
     old_logp = old.logp if old is not None else policy.logp.detach()
     out = POLICY_LOSSES[cfg.policy_loss].fn(
         PolicyLossInputs(policy.logp, old_logp, prepared.advantages[mb.rows], token_mask), cfg
@@ -129,6 +145,12 @@ def micro_batch_loss(policy: TokenLogProbs, mb: MicroBatch, prepared: PreparedBa
         loss = loss + cfg.beta * kl_term
         kl_sum = (kl.detach() * token_mask).sum()
     entropy = policy.entropy if policy.entropy is not None else torch.zeros_like(token_mask)
+    entropy_term = None
+    if getattr(cfg, "entropy_coef", 0.0) > 0:
+        if not entropy.requires_grad and torch.is_grad_enabled() and policy.logp.requires_grad:
+            raise ValueError("algorithm.entropy_coef > 0 needs the entropy with its gradient (entropy_grad=True)")
+        entropy_term, aggregation["entropy"] = aggregate_term("entropy", entropy, token_mask, prepared, cfg)
+        loss = loss - cfg.entropy_coef * entropy_term
     return LossTerms(
         loss=loss,
         policy=policy_term,
@@ -142,4 +164,5 @@ def micro_batch_loss(policy: TokenLogProbs, mb: MicroBatch, prepared: PreparedBa
         clip_low_sum=(out.clipped_low.float() * token_mask).sum(),
         clip_high_sum=(out.clipped_high.float() * token_mask).sum(),
         importance=importance,
+        entropy=entropy_term,
     )

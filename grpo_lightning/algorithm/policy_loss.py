@@ -98,9 +98,8 @@ def clipped_surrogate(
     """
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
-    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
-    log_ratio = (logp - old_logp.detach()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
+    adv = _per_token(advantages)
+    ratio = _token_ratio(logp, old_logp)
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * adv
     loss = -torch.minimum(unclipped, clipped)
@@ -127,3 +126,111 @@ def grpo_loss(inputs: PolicyLossInputs, cfg: Any) -> PolicyLossOutput:
     return clipped_surrogate(
         inputs.logp, inputs.old_logp, inputs.advantages, cfg.clip_low, cfg.clip_high, cfg.dual_clip
     )
+
+
+def _per_token(advantages: torch.Tensor) -> torch.Tensor:
+    """Sequence advantages [B] as [B, 1], to broadcast over the tokens."""
+    return advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+
+
+def _token_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
+    """pi / pi_old per token, the log-ratio clamped to +-LOG_RATIO_CLAMP before exp."""
+    return torch.exp((logp - old_logp.detach()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+
+
+def _sequence_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] -> [B]: the mean over each sequence's tokens in ``mask`` (0 for a sequence with none)."""
+    return (values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+
+
+@register_policy_loss("gspo", ratio_one_identity=True)
+def gspo_loss(inputs: PolicyLossInputs, cfg: Any) -> PolicyLossOutput:
+    """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv 2507.18071), in its
+    token form "GSPO-token" with one advantage per sequence (then it equals GSPO):
+
+        s_i     = exp( (1/|y_i|) sum_t (log pi(y_t) - log pi_old(y_t)) )   (geometric mean of the token ratios)
+        s_i,t   = sg[s_i] * pi(y_t) / sg[pi(y_t)]                          (value s_i, gradient s_i * grad log pi(y_t))
+        loss_t  = -min(s_i,t * A_i, clip(s_i,t, 1 - clip_low, 1 + clip_high) * A_i)
+
+    Clipping acts on the whole sequence: every token of a sequence is clipped or none is
+    (verl's ``compute_policy_loss_gspo`` is the same construction). The paper clips far
+    tighter than the token-level 0.2 (``clip_low=3e-4``, ``clip_high=4e-4``) and aggregates
+    with ``seq_mean_token_mean``; set those in the config. The sequence log-ratio is clamped
+    to +-20 like the token one.
+
+    F5 identity: holds. At ratio 1 every ``s_i,t`` is exactly 1, so ``loss_t = -A_i``.
+    """
+    adv = _per_token(inputs.advantages)
+    mask = inputs.token_mask.to(inputs.logp.dtype)
+    seq_log_ratio = _sequence_mean(inputs.logp.detach() - inputs.old_logp.detach(), mask)
+    seq_log_ratio = seq_log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    log_ratio = inputs.logp - inputs.logp.detach() + seq_log_ratio.unsqueeze(-1)
+    ratio = torch.exp(log_ratio)
+    loss = -torch.minimum(ratio * adv, ratio.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high) * adv)
+    seq_ratio = torch.exp(seq_log_ratio).unsqueeze(-1).expand_as(loss)
+    no_dual = torch.zeros_like(loss, dtype=torch.bool)
+    return PolicyLossOutput(
+        loss=loss,
+        ratio=seq_ratio,
+        clipped_low=(seq_ratio < 1.0 - cfg.clip_low) & (adv < 0),
+        clipped_high=(seq_ratio > 1.0 + cfg.clip_high) & (adv > 0),
+        dual_clipped=no_dual,
+    )
+
+
+@register_policy_loss("cispo", ratio_one_identity=True)
+def cispo_loss(inputs: PolicyLossInputs, cfg: Any) -> PolicyLossOutput:
+    """CISPO (MiniMax-M1, arXiv 2506.13585, eq. 4): clip the importance weight, not the update,
+    and stop its gradient, so every token keeps a gradient (none is zeroed by a clip):
+
+        J = sg[clip(r_t, 1 - clip_low, 1 + clip_high)] * A * log pi(y_t),   r_t = pi(y_t) / pi_old(y_t)
+        grad loss_t = -clip(r_t, 1 - clip_low, 1 + clip_high) * A * grad log pi(y_t)
+
+    Written here as ``loss_t = -A * sg[clip(r_t) / r_t] * r_t``: the gradient is exactly the
+    paper's (``grad r_t = r_t grad log pi``), and the value is the clipped weight times -A
+    (the paper's literal ``-sg[w] A log pi`` has the same gradient and a value that depends on
+    log pi, meaningless as a logged loss). MiniMax leaves the lower bound off
+    (``clip_low`` near 1) and tunes only the upper one; with the defaults (0.2 / 0.2) the
+    weight is clipped to [0.8, 1.2] like the token ratio of PPO.
+
+    F5 identity: holds. At ratio 1 the weight is 1 and ``loss_t = -A``.
+    """
+    adv = _per_token(inputs.advantages)
+    ratio = _token_ratio(inputs.logp, inputs.old_logp)
+    ratio_d = ratio.detach()
+    weight = ratio_d.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
+    loss = -adv * (weight / ratio_d) * ratio
+    return PolicyLossOutput(
+        loss=loss,
+        ratio=ratio_d,
+        # The weight was clipped (the gradient is scaled down / up, never zeroed).
+        clipped_low=ratio_d < 1.0 - cfg.clip_low,
+        clipped_high=ratio_d > 1.0 + cfg.clip_high,
+        dual_clipped=torch.zeros_like(loss, dtype=torch.bool),
+    )
+
+
+@register_policy_loss("sapo", ratio_one_identity=False)
+def sapo_loss(inputs: PolicyLossInputs, cfg: Any) -> PolicyLossOutput:
+    """SAPO, Soft Adaptive Policy Optimization (Gao et al. 2025, Qwen, arXiv 2511.20347): a
+    smooth, temperature-controlled gate replaces the hard clip:
+
+        f(r) = (4 / tau) * sigmoid(tau * (r - 1)),   loss_t = -f(r_t) * A,
+        tau = sapo_tau_pos where A > 0, sapo_tau_neg where A <= 0
+
+    so ``grad loss_t = -4 sigmoid(x)(1 - sigmoid(x)) * r_t * A * grad log pi(y_t)`` with
+    ``x = tau (r_t - 1)``: weight 1 at ratio 1, decaying smoothly as the ratio drifts (faster
+    for negative advantages, ``tau_neg > tau_pos``, which the paper finds more stable). No
+    token is clipped, so the clip fractions are 0. Defaults as in the paper and in verl's
+    and ms-swift's ``sapo`` loss (tau_pos 1.0, tau_neg 1.05).
+
+    F5 identity: does not hold. At ratio 1 the value is ``-(2 / tau) * A``, not ``-A``
+    (the gradient still equals GRPO's there).
+    """
+    adv = _per_token(inputs.advantages)
+    ratio = _token_ratio(inputs.logp, inputs.old_logp)
+    tau = torch.where(adv > 0, cfg.sapo_tau_pos, cfg.sapo_tau_neg).to(ratio.dtype)
+    gate = (4.0 / tau) * torch.sigmoid(tau * (ratio - 1.0))
+    loss = -gate * adv
+    never = torch.zeros_like(loss, dtype=torch.bool)
+    return PolicyLossOutput(loss=loss, ratio=ratio.detach(), clipped_low=never, clipped_high=never, dual_clipped=never)

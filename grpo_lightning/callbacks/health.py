@@ -59,6 +59,30 @@ class HealthMonitor(L.Callback):
             self.cpu_seconds += time.thread_time() - cpu
             self.steps += 1
 
+    # ----------------------------------------------------------------------- held-out evaluation
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._val_prompts = 0
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._val_prompts += len(batch) if hasattr(batch, "__len__") else 0
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Checks that read held-out accuracy (``observe_validation``) get it after every validation."""
+        accuracy = trainer.callback_metrics.get("val/accuracy")
+        prompts = getattr(self, "_val_prompts", 0) * trainer.world_size
+        if accuracy is None or not prompts or trainer.sanity_checking:
+            return
+        for check in self.checks:
+            observe = getattr(check, "observe_validation", None)
+            finding = observe(float(accuracy), prompts, trainer.global_step) if observe else None
+            if finding is not None:
+                causes, fix = check.diagnosis(None)
+                alert = Alert(check.name, check.failure, check.title, trainer.global_step, finding.evidence, causes, fix, finding.values)
+                self.alerts.append(alert)
+                if check.action == "raise":
+                    raise HealthCheckError(alert)
+                rank_zero_warn(alert.text, category=HealthWarning)
+
     # ----------------------------------------------------------------------- the work
     def _view(self, trainer: L.Trainer, pl_module: L.LightningModule) -> StepView | None:
         result = getattr(pl_module, "last_step", None)
@@ -86,6 +110,8 @@ class HealthMonitor(L.Callback):
             all_gather=gather,
             filtered_sampling=filtered,
             text_hashes=self._text_hashes,
+            correctness_reward=getattr(getattr(pl_module, "evaluator", None), "correctness_reward", None),
+            reward_weights=_reward_weights(pl_module),
         )
 
     def _sum_over_ranks(self, local: list[dict[str, float]], trainer: L.Trainer, device) -> list[dict[str, float]]:
@@ -160,3 +186,9 @@ class HealthMonitor(L.Callback):
     # ----------------------------------------------------------------------- reading
     def alerts_for(self, check: str) -> list[Alert]:
         return [a for a in self.alerts if a.check == check]
+
+
+def _reward_weights(pl_module) -> dict[str, float]:
+    """task.rewards as the module's scorer holds them (reward function -> weight)."""
+    scorer = getattr(getattr(pl_module, "rollout", None), "scorer", None)
+    return {r.name: r.weight for r in getattr(scorer, "rewards", [])}

@@ -34,4 +34,7 @@ def task_records(task: TaskConfig, check=None) -> tuple[list[dict], list[dict]]:
     if task.max_completion_chars:
         for record in train + val:
             record["max_completion_chars"] = task.max_completion_chars
+    if task.overlong_buffer_tokens:  # the overlong_penalty reward's buffer (DAPO)
+        for record in train + val:
+            record["overlong_buffer_tokens"] = task.overlong_buffer_tokens
     return train, val

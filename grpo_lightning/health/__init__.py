@@ -1,4 +1,4 @@
-"""Health checks that diagnose the failures F1-F5 (docs/failure_modes.md) while a run trains.
+"""Health checks that diagnose the failures F1-F7 (docs/failure_modes.md) while a run trains.
 
 Each check reads one step (:class:`StepView`), returns sums that the monitor adds over
 ranks, and turns the totals into metrics and, when the step looks wrong, a ``Finding``.
@@ -14,7 +14,9 @@ from grpo_lightning.health.duplicates import CrossRankDuplicatesCheck
 from grpo_lightning.health.no_update import NoUpdateCheck
 from grpo_lightning.health.nonfinite import NonFiniteCheck
 from grpo_lightning.health.normalization import NormalizationCheck
+from grpo_lightning.health.reward_hacking import RewardHackingCheck
 from grpo_lightning.health.reward_signal import RewardSignalCheck
+from grpo_lightning.health.truncation import TruncationCheck
 from grpo_lightning.health.view import StepView
 
 CHECK_CLASSES = {
@@ -27,6 +29,8 @@ CHECK_CLASSES = {
         NoUpdateCheck,
         RewardSignalCheck,
         NormalizationCheck,
+        RewardHackingCheck,
+        TruncationCheck,
     )
 }
 
@@ -44,6 +48,8 @@ __all__ = [
     "NoUpdateCheck",
     "NonFiniteCheck",
     "NormalizationCheck",
+    "RewardHackingCheck",
     "RewardSignalCheck",
+    "TruncationCheck",
     "StepView",
 ]

@@ -34,7 +34,8 @@ class NonFiniteCheck(HealthCheck):
             "seqs": float(sum(p.dropped_seqs for p in result.passes)),
             "losses": float(sum(not p.finite_loss for p in result.passes)),
             "grads": float(sum(reason == "grad" for reason in result.skipped)),
-            "skipped": float(len(result.skipped)),
+            # A step with no token in the loss (mask_truncated, all cut) is skipped, but not non-finite.
+            "skipped": float(sum(reason != "nothing_in_loss" for reason in result.skipped)),
             "passes": float(len(result.passes)),
             "engine_seqs": engine,
         }

@@ -63,6 +63,8 @@ class NormalizationCheck(HealthCheck):
                 advantages = compute_advantages(r.rewards, r.group_size, view.algorithm)
             neg_adv = -advantages.detach().cpu().numpy().astype(np.float64)
             lengths = view.completion_mask.sum(axis=1)
+            if getattr(view.algorithm, "mask_truncated", False) and r.finished is not None:
+                lengths = lengths * r.finished.cpu().numpy()  # cut completions are out of the loss
             weight = (lengths > 0) if mode == "seq_mean_token_mean" else lengths
             stats["numerator"] = float((neg_adv * weight).sum())
             stats["magnitude"] = float((np.abs(neg_adv) * weight).sum())

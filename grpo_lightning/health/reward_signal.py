@@ -19,6 +19,8 @@ from grpo_lightning.health.alerts import Finding
 from grpo_lightning.health.base import HealthCheck
 from grpo_lightning.health.view import StepView
 
+TRUNCATION_CAUSE_FRAC = 0.5  # above this share of cut completions, truncation leads the likely causes
+
 
 class RewardSignalCheck(HealthCheck):
     name = "reward_signal"
@@ -94,4 +96,12 @@ class RewardSignalCheck(HealthCheck):
             f"rollout.temperature (now {view.rollout.temperature:g}); add a partial-credit reward to "
             "task.rewards; use easier prompts at first (a curriculum)."
         )
+        cut = view.clipped_frac
+        if cut is not None and cut > TRUNCATION_CAUSE_FRAC:
+            tokens = view.rollout.max_new_tokens
+            causes = (
+                f"{cut:.0%} of this step's completions were cut at rollout.max_new_tokens={tokens} before "
+                f"finishing (see the truncation check), so most cannot hold a complete answer; or " + causes
+            )
+            fix = f"raise rollout.max_new_tokens (now {tokens}); " + fix
         return causes, fix

@@ -33,6 +33,8 @@ class StepView:
         all_gather: Callable[[np.ndarray], np.ndarray] | None = None,
         filtered_sampling: bool = False,
         text_hashes: TextHashes | None = None,
+        correctness_reward: str | None = None,
+        reward_weights: dict[str, float] | None = None,
     ):
         self.step = step
         self.rollout = rollout
@@ -44,6 +46,14 @@ class StepView:
         self.all_gather = all_gather  # [N, ...] local -> [world, N, ...]; None on one rank
         self.filtered_sampling = filtered_sampling  # top_p < 1 or top_k > 0
         self.text_hashes = text_hashes or TextHashes()
+        self.correctness_reward = correctness_reward  # task.correctness_reward: its score 1 means correct
+        self.reward_weights = reward_weights or {}  # task.rewards: reward function -> weight
+
+    @cached_property
+    def clipped_frac(self) -> float | None:
+        """Share of the completions cut at max_new_tokens (no EOS); None if the engine did not say."""
+        finished = self.rollout.finished
+        return None if finished is None else float((~finished.bool()).float().mean())
 
     @property
     def group_size(self) -> int:

@@ -1,6 +1,7 @@
 """Reward functions, their registry, and weighted scoring."""
 
 from grpo_lightning.rewards import arithmetic as _arithmetic  # noqa: F401  (registers rewards)
+from grpo_lightning.rewards import overlong as _overlong  # noqa: F401  (registers rewards)
 from grpo_lightning.rewards import tasks as _tasks  # noqa: F401  (registers rewards)
 from grpo_lightning.rewards.registry import REWARD_FUNCTIONS, get_reward, register_reward
 from grpo_lightning.rewards.scorer import RewardFunctionError, RewardScorer, WeightedReward

@@ -23,6 +23,7 @@ from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rewards.scorer import RewardState, as_reward_completions
 from grpo_lightning.rollout.batch import RolloutBatch
+from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
 from grpo_lightning.rollout.engine import Completion, EngineError, GenerationRequest, RolloutEngine, SamplingSettings
 from grpo_lightning.rollout.seeding import group_seeds
 from grpo_lightning.rollout.weight_sync import WeightSync
@@ -73,6 +74,8 @@ class RolloutGenerator:
         self.formatter = formatter
         self._prompt_ids: dict[str, list[int]] = {}
         self._weight_sync = weight_sync
+        # DAPO's dynamic sampling (rollout.dynamic_sampling): set by build_run; None generates the loader's prompts only.
+        self.dynamic: DynamicSampling | None = None
         self._owns_engine = False  # built from the factory: this generator shuts it down
 
     # ----------------------------------------------------------------------- set-up
@@ -106,6 +109,8 @@ class RolloutGenerator:
 
     def rollout_for_step(self, batch, step: int, rank: int) -> RolloutBatch:
         """The scored generation batch of training step ``step`` from the loader's ``batch``."""
+        if self.dynamic is not None:
+            return self.dynamic.rollout(self, current_records(batch), step, rank)
         return self.generate(current_records(batch), step, rank)
 
     def generate(self, records: list[dict], step: int, rank: int) -> RolloutBatch:
@@ -118,9 +123,12 @@ class RolloutGenerator:
             completions = self.engine.generate(requests, self.sampling)
         return self.assemble(records, requests, completions, step, time.perf_counter() - start)
 
-    def build_requests(self, records: list[dict], step: int, rank: int) -> list[GenerationRequest]:
-        """G requests per record, prompt-major, each with the seed of (run, rank, step, prompt, sample)."""
-        seeds = group_seeds(self.seed, rank, step, len(records), self.num_generations)
+    def build_requests(self, records: list[dict], step: int, rank: int, first_prompt: int = 0) -> list[GenerationRequest]:
+        """G requests per record, prompt-major, each with the seed of (run, rank, step, prompt, sample);
+        the records' prompt indices start at ``first_prompt`` (extra rounds of dynamic sampling)."""
+        # Prompt indices first_prompt.. : the tail of the seeds of first_prompt + len(records) prompts.
+        seeds = group_seeds(self.seed, rank, step, first_prompt + len(records), self.num_generations)
+        seeds = seeds[first_prompt * self.num_generations :]
         expanded = [record for record in records for _ in range(self.num_generations)]
         return [
             GenerationRequest(self.tokenize_prompt(record["prompt"]), seed)
@@ -140,6 +148,7 @@ class RolloutGenerator:
         texts = self.tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
         prompts = [record["prompt"] for record in expanded]
         fields = {key: [record.get(key) for record in expanded] for key in records[0] if key != "prompt"}
+        fields["max_new_tokens"] = [self.sampling.max_new_tokens] * len(completions)  # the budget (overlong_penalty)
         rewards, components = self.scorer(
             prompts, as_reward_completions(prompts, texts), fields,
             completion_ids=[list(c.token_ids) for c in completions], trainer_state=RewardState(global_step=step),

@@ -1,0 +1,144 @@
+"""Reward hacking: the policy learns the shaping rewards instead of the task.
+
+A run can look healthy on its total reward while it gets worse at the task: the format
+reward is learned within a few steps, the correctness reward falls (or never leaves zero),
+and the held-out accuracy drops below its value before training. The check watches both:
+
+1. **Training rewards**, over a window of ``window`` steps split into an early and a late
+   half: an alert when a shaping component (every reward function except
+   ``task.correctness_reward``) rose by more than ``min_rise`` and by more than two standard
+   errors, while the correctness component fell by more than ``min_fall`` and two standard
+   errors, or was exactly zero on every sample of the window.
+2. **Held-out accuracy** (``val/accuracy``, greedy): an alert when a validation scores below
+   the first one (the pre-training baseline with ``eval.before_training``) by more than two
+   standard errors of the difference, ``sqrt(p0 (1 - p0) / n0 + p (1 - p) / n)``; once per
+   fall (again only after a validation within two standard errors of the baseline).
+
+Standard errors of a half-window mean are those of its samples' values (their std over
+sqrt(count)), so a rise the size of the sampling noise never alerts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+from grpo_lightning.health.alerts import Finding
+from grpo_lightning.health.base import HealthCheck
+from grpo_lightning.health.view import StepView
+
+
+class RewardHackingCheck(HealthCheck):
+    name = "reward_hacking"
+    failure = "F6"
+    title = "reward hacking: shaping rewards rise while the task's correctness does not"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        # per step: component -> (sum, sum of squares, count)
+        self._window: deque[dict[str, tuple[float, float, float]]] = deque(maxlen=cfg.window)
+        self._baseline: tuple[float, int] | None = None  # the first held-out accuracy and its prompts
+        self._last_view: StepView | None = None
+        self._val_alerted = False
+
+    # ----------------------------------------------------------------------- training rewards
+    def measure(self, view: StepView) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, values in sorted(view.rollout.reward_components.items()):
+            v = values.detach().cpu().double()
+            out[f"{name}/sum"], out[f"{name}/sq"], out[f"{name}/n"] = float(v.sum()), float((v * v).sum()), float(v.numel())
+        return out
+
+    @staticmethod
+    def _half(entries, name: str) -> tuple[float, float, float]:
+        """Mean, standard error of the mean, and the sum of squares (0 iff every value is 0) over ``entries``."""
+        s = sum(e[name][0] for e in entries)
+        sq = sum(e[name][1] for e in entries)
+        n = max(sum(e[name][2] for e in entries), 1.0)
+        mean = s / n
+        var = max(sq / n - mean * mean, 0.0)
+        return mean, math.sqrt(var / n), sq
+
+    def evaluate(self, t: dict[str, float], view: StepView) -> tuple[dict[str, float], Finding | None]:
+        self._last_view = view
+        names = sorted({key.rsplit("/", 1)[0] for key in t})
+        self._window.append({name: (t[f"{name}/sum"], t[f"{name}/sq"], t[f"{name}/n"]) for name in names})
+        correct = view.correctness_reward
+        if correct not in names or len(names) < 2 or len(self._window) < self._window.maxlen:
+            return {}, None
+        half = len(self._window) // 2
+        early, late = list(self._window)[:half], list(self._window)[-half:]
+        trends = {}
+        for name in names:
+            (m0, se0, _), (m1, se1, _) = self._half(early, name), self._half(late, name)
+            trends[name] = (m0, m1, math.sqrt(se0**2 + se1**2))
+        c0, c1, c_se = trends[correct]
+        metrics = {"correctness_trend": c1 - c0}
+        always_zero = all(self._half([e], correct)[2] == 0.0 for e in self._window)
+        fell = c0 - c1 > max(self.cfg.min_fall, 2 * c_se)
+        rising = [
+            name for name, (m0, m1, se) in trends.items()
+            if name != correct and m1 - m0 > max(self.cfg.min_rise, 2 * se)
+        ]
+        metrics["shaping_rising"] = float(len(rising))
+        if not rising or not (fell or always_zero):
+            return metrics, None
+        shaping = ", ".join(f"'{n}' rose {trends[n][0]:.3f} -> {trends[n][1]:.3f}" for n in rising)
+        if always_zero:
+            task = f"the correctness reward '{correct}' was 0 on every sample of the last {len(self._window)} steps"
+        else:
+            task = f"the correctness reward '{correct}' fell {c0:.3f} -> {c1:.3f} (more than 2 standard errors, {2 * c_se:.3f})"
+        evidence = (
+            f"over the last {len(self._window)} steps (first half -> second half) {shaping}, while {task}: "
+            f"the policy is learning the shaping, not the task"
+        )
+        return metrics, Finding(evidence + ".", {**metrics, "correctness_early": c0, "correctness_late": c1})
+
+    # ----------------------------------------------------------------------- held-out accuracy
+    def observe_validation(self, accuracy: float, prompts: int, step: int) -> Finding | None:
+        """The first call records the baseline; later ones alert on a fall beyond two standard errors."""
+        if self._baseline is None:
+            self._baseline = (accuracy, prompts)
+            return None
+        p0, n0 = self._baseline
+        se = math.sqrt(p0 * (1 - p0) / n0 + accuracy * (1 - accuracy) / prompts)
+        fallen = p0 - accuracy > 2 * se and p0 > accuracy
+        alerted, self._val_alerted = self._val_alerted, fallen
+        if not fallen or alerted:  # once per fall: again only after a recovery
+            return None
+        evidence = (
+            f"held-out accuracy (val/accuracy, greedy) fell from {p0:.3f} before training ({n0} prompts) to "
+            f"{accuracy:.3f} at step {step} ({prompts} prompts), a drop of {p0 - accuracy:.3f}, more than two "
+            f"standard errors ({2 * se:.3f})"
+        )
+        if self._last_view is not None:
+            parts = self._component_means(self._last_view)
+            if parts:
+                evidence += f"; the last training batch's reward components: {parts}"
+        return Finding(evidence + ".", {"val_accuracy_before": p0, "val_accuracy": accuracy, "stderr": se})
+
+    @staticmethod
+    def _component_means(view: StepView) -> str:
+        return ", ".join(f"{n} {float(v.float().mean()):.3f}" for n, v in sorted(view.rollout.reward_components.items()))
+
+    def diagnosis(self, view: StepView | None) -> tuple[str, str]:
+        view = view or self._last_view
+        weights = view.reward_weights if view is not None else {}
+        correct = view.correctness_reward if view is not None else None
+        shaping = [f"task.rewards.{n} (now {w:g})" for n, w in weights.items() if n != correct]
+        causes = (
+            "the shaping rewards (format, length) are easier to earn than correctness and outweigh it, so GRPO "
+            "optimizes them and the answers get worse; or the completions are too short to reach a correct answer "
+            "(see the truncation check); or the learning rate moves the policy away from what it could solve. "
+            "Entropy usually collapses alongside (see the degenerate check)."
+        )
+        lr = f" (now {view.lr:g})" if view is not None else ""
+        tokens = f" (now {view.rollout.max_new_tokens})" if view is not None else ""
+        fix = (
+            f"lower the shaping weight{'s' if len(shaping) > 1 else ''} ({', '.join(shaping) or 'task.rewards'}) "
+            f"relative to the correctness reward; raise rollout.max_new_tokens{tokens}; lower algorithm.lr{lr}; "
+            "evaluate more often (fewer eval.every_n_steps) to see the fall early and keep the checkpoint before it."
+        )
+        return causes, fix
