@@ -21,6 +21,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from grpo_lightning.build import build_run
+from grpo_lightning.checkpointing import resume_path
 from grpo_lightning.train import CONF_DIR, to_train_config
 
 # The run of docs/real_tasks.md: 2-term sums and differences of 1-2 digit numbers.
@@ -76,8 +77,11 @@ def main() -> None:
     accuracy = AccuracyLog()
     run.callbacks.append(accuracy)
     trainer = run.trainer(cfg)
-    trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
-    trainer.fit(run.module, datamodule=run.datamodule)
+    # trainer.resume=auto|PATH continues a run (its baseline accuracy is in the first run's result.json).
+    ckpt_path = resume_path(cfg.trainer.resume, cfg.trainer.output_dir)
+    if ckpt_path is None:
+        trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
+    trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=ckpt_path)
     if not accuracy.points or accuracy.points[-1][0] != trainer.global_step:
         trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
     wall = time.perf_counter() - start
@@ -87,7 +91,8 @@ def main() -> None:
         "wall_seconds": round(wall, 1),
         "threads": torch.get_num_threads(),
         "val_prompts": len(run.datamodule.val_records),
-        "accuracy_before": accuracy.points[0][1],
+        "resumed_from": str(ckpt_path) if ckpt_path else None,
+        "accuracy_before": accuracy.points[0][1] if ckpt_path is None else None,
         "accuracy_after": accuracy.points[-1][1],
         "accuracy_curve": accuracy.points,
         "samples_after": run.module.evaluator.last_samples[:8],
