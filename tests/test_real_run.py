@@ -10,7 +10,6 @@ steps: tests/test_resume.py.)
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -9,7 +9,6 @@ import warnings
 
 import lightning as L
 import pytest
-import torch
 
 from grpo_lightning.build import build_run, fit
 from grpo_lightning.checkpointing import checkpoints_in, resume_path

@@ -23,8 +23,6 @@ from __future__ import annotations
 import math
 from collections import deque
 
-import numpy as np
-
 from grpo_lightning.health.alerts import Finding
 from grpo_lightning.health.base import HealthCheck
 from grpo_lightning.health.view import StepView

@@ -9,14 +9,13 @@ policy's weights pushed by the generator's :class:`WeightSync` after each optimi
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
 from torch import nn
 from transformers import PreTrainedTokenizerBase
-
-import json
 
 from grpo_lightning.data.lookahead import current_records
 from grpo_lightning.data.prompting import PromptFormatter
