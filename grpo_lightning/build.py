@@ -17,7 +17,7 @@ from transformers import PreTrainedTokenizerBase
 
 from grpo_lightning.callbacks import CompletionsTable, HealthMonitor, TrainingSummary
 from grpo_lightning.checkpointing import RunCheckpoints, resume_path
-from grpo_lightning.config import TrainConfig, validate_config
+from grpo_lightning.config import TrainConfig, checkpointing_mode, validate_config
 from grpo_lightning.data import PromptDataModule
 from grpo_lightning.data.files import max_prompt_tokens, prompt_check
 from grpo_lightning.data.prompting import PromptFormatter
@@ -212,6 +212,7 @@ def build_run(
     module = GRPOModule(
         policy, cfg.algorithm, rollout=rollout, correctness_reward=cfg.task.correctness_reward,
         eval_max_new_tokens=cfg.eval.max_new_tokens, eval_pass_k=cfg.eval.pass_k,
+        auto_checkpointing=checkpointing_mode(cfg.model.gradient_checkpointing) == "auto",
     )
     callbacks: list[L.Callback] = [TrainingSummary()]
     health = HealthMonitor(cfg.health) if cfg.health.enabled else None

@@ -24,8 +24,10 @@ def load_policy(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerB
     The weights load in ``model.dtype``; with ``model.lora`` the model comes back wrapped in
     peft's LoRA adapters (float32), the base weights frozen.
     """
+    from grpo_lightning.config import checkpointing_mode
+
     model, tokenizer = _load(cfg)
-    if cfg.gradient_checkpointing:
+    if checkpointing_mode(cfg.gradient_checkpointing) == "true":  # auto: the module decides per step
         # Non-reentrant checkpointing: works with inputs that need no gradient (frozen
         # embeddings under LoRA) and with DDP.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
