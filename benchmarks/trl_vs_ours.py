@@ -1,22 +1,38 @@
-"""Side by side: TRL's GRPOTrainer vs grpo_lightning on identical settings, in one run.
+"""Side by side: TRL's GRPOTrainer vs grpo_lightning, two tables, in one run.
 
-Same model (weights and tokenizer), prompts, generation batch (prompts x num_generations),
-max completion length, beta, loss aggregation (TRL ``loss_type="grpo"`` = our
-``seq_mean_token_mean``), learning rate, steps, gradient checkpointing (on by default, as
-in TRL's GRPOConfig), HF ``generate`` for rollouts, one thread. Both see the raw prompt text
-("3+4=", no chat template, which TRL applies only to conversational datasets) and neither
-runs an evaluation pass; our health monitor stays on (it is part of our step).
-The two trainers alternate ``--repeats`` times, each run in a fresh subprocess so that peak
-RSS is its own. Reported per trainer: median step time (first ``--warmup`` steps dropped),
-completion tokens per second through the whole step, the share of the step spent in
-``generate``, peak RSS; then the ratio ours / TRL's of each.
+Both trainers get the same model files, prompts (as text: the raw "3+4=" for the arithmetic
+settings; for reasoning-gym the chat-formatted question, so TRL sees the same string), the
+same generation batch (prompts x num_generations), completion length, beta 0.04, loss
+aggregation (TRL ``loss_type="grpo"`` = our ``seq_mean_token_mean``), learning rate, steps,
+reward (``arithmetic_close``), one thread, no evaluation pass; our health monitor stays on.
+
+Two tables (``--tables``):
+
+- ``identical``: both with HF ``generate`` and gradient checkpointing on (TRL's default);
+  our step as it ships (padding-free packing is how our step works, not a setting).
+- ``fastest``: each trainer at the fastest configuration this machine supports for the same
+  algorithm and batch. Ours: checkpointing ``auto`` (off here: the activations fit) and the
+  faster rollout engine for the setting (``fastest_engine``: the in-process vLLM engine on
+  SmolLM2, HF ``generate`` on the tiny model). TRL: checkpointing off; with ``--trl-vllm`` also its
+  colocated vLLM mode (``use_vllm=True, vllm_mode="colocate"``), which the script tries and,
+  when it cannot run, reports why and leaves out.
+
+The trainers alternate ``--repeats`` times, each run in a fresh subprocess so that peak RSS
+is its own. Reported per trainer: median step time (first ``--warmup`` steps dropped),
+completion tokens per second through the whole step, the share of the step spent
+generating, peak RSS; then ours / TRL's. For our runs also: the padding share of the
+micro-batches padded vs packed, and the training phase (step minus generation) in
+achieved GFLOP/s next to the fp32 matmul rate of one core measured in the same run.
 
     make bench-trl                       # creates .venv-bench (TRL + this package), runs this
     .venv-bench/bin/python benchmarks/trl_vs_ours.py --setting tiny
-    .venv-bench/bin/python benchmarks/trl_vs_ours.py --setting smollm2 --model-dir DIR
+    .venv-bench/bin/python benchmarks/trl_vs_ours.py --setting smollm2 --model-dir DIR --repeats 2
+    .venv-bench/bin/python benchmarks/trl_vs_ours.py --setting smollm2_rg --model-dir DIR --repeats 1
 
-Settings: ``tiny`` (the in-code model, 8 prompts x 8 generations x 32 tokens) and
-``smollm2`` (a local SmolLM2-135M-Instruct folder, 4 prompts x 8 generations x 64 tokens).
+Settings: ``tiny`` (the in-code model, 8 prompts x 8 generations x 32 tokens), ``smollm2``
+(a local SmolLM2-135M-Instruct folder, 4 prompts x 8 x 64 tokens, arithmetic prompts) and
+``smollm2_rg`` (SmolLM2 on reasoning-gym chain_sum questions in its chat template,
+4 prompts x 8 x 128 tokens).
 """
 
 from __future__ import annotations
@@ -33,14 +49,27 @@ import time
 from pathlib import Path
 
 SETTINGS = {
-    "tiny": dict(prompts=8, generations=8, max_tokens=32, steps=30),
-    "smollm2": dict(prompts=4, generations=8, max_tokens=64, steps=5),
+    "tiny": dict(prompts=8, generations=8, max_tokens=32, steps=30, prompts_from="arithmetic", fastest_engine="hf"),
+    "smollm2": dict(prompts=4, generations=8, max_tokens=64, steps=5, prompts_from="arithmetic", fastest_engine="vllm"),
+    "smollm2_rg": dict(prompts=4, generations=8, max_tokens=128, steps=4, prompts_from="reasoning_gym", fastest_engine="vllm"),
 }
+# fastest_engine: our faster rollout engine on this machine for the setting. On the tiny model
+# vLLM's per-step overhead outweighs its decode speed (0.32 s vs 0.15 s per step measured);
+# on SmolLM2 its decode is several times HF generate's.
 COMMON = dict(beta=0.04, lr=3e-4, temperature=1.0)
+TABLES = ("identical", "fastest")
 
 
-def prompt_records(count: int) -> list[dict]:
-    return [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(10)][:count]
+def prompt_records(count: int, source: str = "arithmetic", tokenizer=None) -> list[dict]:
+    """The prompts both trainers see, as text."""
+    if source == "arithmetic":
+        return [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(10)][:count]
+    from grpo_lightning.data.prompting import PromptFormatter
+    from grpo_lightning.data.reasoning_gym import reasoning_gym_records
+
+    train, _ = reasoning_gym_records("chain_sum", size=count, val_fraction=0.0)
+    formatter = PromptFormatter(tokenizer, system_prompt="Reply with only the final answer inside <answer></answer> tags.")
+    return [{"prompt": formatter.text(r["prompt"]), "answer": r["answer"]} for r in train]
 
 
 def save_tiny_model() -> str:
@@ -96,7 +125,7 @@ def trl_config(s: dict, checkpointing: bool, **overrides):
     return GRPOConfig(**kwargs)
 
 
-def run_trl(setting: str, model_dir: str | None, checkpointing: bool) -> dict:
+def run_trl(setting: str, model_dir: str | None, table: str, trl_vllm: bool = False) -> dict:
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOTrainer
@@ -119,8 +148,11 @@ def run_trl(setting: str, model_dir: str | None, checkpointing: bool) -> dict:
             if logs and "completions/mean_length" in logs and steps:
                 steps[-1]["tokens"] = logs["completions/mean_length"] * s["prompts"] * s["generations"]
 
-    config = trl_config(s, checkpointing)
-    dataset = Dataset.from_list(prompt_records(max(64, s["prompts"] * s["steps"])))
+    extra = {}
+    if table == "fastest" and trl_vllm:
+        extra = dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3)
+    config = trl_config(s, checkpointing=table == "identical", **extra)
+    dataset = Dataset.from_list(prompt_records(max(64, s["prompts"] * s["steps"]), s["prompts_from"], tokenizer))
     trainer = GRPOTrainer(
         model=model, reward_funcs=[arithmetic_close], args=config, train_dataset=dataset,
         processing_class=tokenizer, callbacks=[StepTimes()],
@@ -129,14 +161,16 @@ def run_trl(setting: str, model_dir: str | None, checkpointing: bool) -> dict:
     return {"steps": steps}
 
 
-def our_config(setting: str, model: str | None, checkpointing: bool, steps: int | None = None):
+def our_config(setting: str, model: str | None, checkpointing: bool | str = True, steps: int | None = None,
+               engine: str = "hf"):
     """Our TrainConfig for a setting: the same values TRL's GRPOConfig gets in run_trl."""
     from grpo_lightning.config import TrainConfig
 
     s = SETTINGS[setting]
     cfg = TrainConfig()
     cfg.model.name_or_path = model
-    cfg.model.gradient_checkpointing = checkpointing
+    cfg.model.gradient_checkpointing = str(checkpointing).lower()
+    cfg.rollout.engine = engine
     cfg.task.rewards = {"arithmetic_close": 1.0}
     cfg.task.chat_template = False  # TRL sees the raw prompt text: so do we
     cfg.rollout.prompts_per_step, cfg.rollout.num_generations = s["prompts"], s["generations"]
@@ -148,13 +182,44 @@ def our_config(setting: str, model: str | None, checkpointing: bool, steps: int 
     return cfg
 
 
-def run_ours(setting: str, model_dir: str | None, checkpointing: bool) -> dict:
+def padding_shares(module, rollout) -> tuple[float, float]:
+    """Share of the positions the decoder computes that hold no token: padded vs packed micro-batches."""
+    from grpo_lightning.algorithm.packing import pack_micro_batch
+
+    real = padded = packed = 0
+    for mb in module._micro_batches(rollout):
+        real += int(mb.attention_mask.sum())
+        padded += mb.input_ids.numel()
+        packed += pack_micro_batch(mb.input_ids, mb.attention_mask, mb.prompt_width).input_ids.numel()
+    return 1 - real / padded, 1 - real / packed
+
+
+def training_flops(model, rollout, checkpointing: bool, beta: float) -> float:
+    """Matmul FLOPs of the training phase: reference forward (beta > 0), policy forward and backward
+    (x2 of the forward), a recomputed forward with checkpointing; decoder weights on every real
+    token, the output head on completion tokens only. Attention scores are left out (short rows)."""
+    tokens = float(rollout.prompt_mask.sum() + rollout.completion_mask.sum())
+    completion = float(rollout.completion_mask.sum())
+    head = model.get_output_embeddings().weight.numel()
+    body = sum(p.numel() for p in model.parameters()) - model.get_input_embeddings().weight.numel()
+    if model.get_output_embeddings().weight is not model.get_input_embeddings().weight:
+        body -= head
+    forward = 2 * (body * tokens + head * completion)
+    passes = 3 + (1 if beta > 0 else 0) + (1 if checkpointing else 0)
+    return passes * forward
+
+
+def run_ours(setting: str, model_dir: str | None, table: str) -> dict:
     import lightning as L
 
     from grpo_lightning.build import build_run
 
-    cfg = our_config(setting, model_dir, checkpointing)
+    fastest = table == "fastest"
+    s = SETTINGS[setting]
+    cfg = our_config(setting, model_dir, "auto" if fastest else True, engine=s["fastest_engine"] if fastest else "hf")
     run = build_run(cfg)
+    if s["prompts_from"] == "reasoning_gym":  # the very prompt strings TRL gets
+        run.datamodule.train_records = prompt_records(max(64, s["prompts"] * s["steps"]), "reasoning_gym", run.tokenizer)
     steps: list[dict] = []
 
     class StepTimes(L.Callback):
@@ -163,10 +228,16 @@ def run_ours(setting: str, model_dir: str | None, checkpointing: bool) -> dict:
 
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
             rollout = module.last_step.rollout
+            padded, packed = padding_shares(module, rollout)
+            checkpointing = bool(module.policy.is_gradient_checkpointing)
             steps.append({
                 "seconds": time.perf_counter() - self.start,
                 "generate": rollout.timing["rollout/seconds"],
                 "tokens": float(rollout.completion_mask.sum()),
+                "padding_share_padded": padded,
+                "padding_share_packed": packed,
+                "checkpointing": checkpointing,
+                "train_flops": training_flops(module.policy, rollout, checkpointing, module.cfg.beta),
             })
 
     run.callbacks.insert(0, StepTimes())  # its clock starts before training_step generates
@@ -174,74 +245,126 @@ def run_ours(setting: str, model_dir: str | None, checkpointing: bool) -> dict:
     return {"steps": steps}
 
 
-def child(trainer: str, setting: str, model_dir: str | None, checkpointing: bool) -> None:
+def child(trainer: str, setting: str, model_dir: str | None, table: str, trl_vllm: bool) -> None:
     import torch
 
     torch.set_num_threads(1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    result = (run_trl if trainer == "trl" else run_ours)(setting, model_dir, checkpointing)
+    if trainer == "trl":
+        result = run_trl(setting, model_dir, table, trl_vllm)
+    else:
+        result = run_ours(setting, model_dir, table)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps(result))
+
+
+def matmul_gflops(seconds: float = 3.0) -> float:
+    """fp32 matmul rate of one thread on decoder-shaped operands ([2048 x 576] @ [576 x 1536])."""
+    import torch
+
+    torch.set_num_threads(1)
+    a, b = torch.randn(2048, 576), torch.randn(576, 1536)
+    a @ b
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        count += 1
+    return 2 * 2048 * 576 * 1536 * count / (time.perf_counter() - start) / 1e9
 
 
 def summarize(runs: list[dict], warmup: int) -> dict:
     steps = [step for run in runs for step in run["steps"][warmup:]]
     seconds = [s["seconds"] for s in steps]
-    return {
+    out = {
         "median_step_s": statistics.median(seconds),
         "tokens_per_s": sum(s.get("tokens", 0.0) for s in steps) / sum(seconds),
         "generation_share": sum(s["generate"] for s in steps) / sum(seconds),
         "peak_rss_mb": max(run["peak_rss_mb"] for run in runs),
         "steps_measured": len(steps),
     }
+    if steps and "train_flops" in steps[0]:
+        train_seconds = sum(s["seconds"] - s["generate"] for s in steps)
+        out["train_gflops"] = sum(s["train_flops"] for s in steps) / train_seconds / 1e9
+        out["padding_share_padded"] = statistics.mean(s["padding_share_padded"] for s in steps)
+        out["padding_share_packed"] = statistics.mean(s["padding_share_packed"] for s in steps)
+        out["checkpointing"] = sorted({s["checkpointing"] for s in steps})
+    return out
+
+
+def run_child(trainer: str, args, model_dir: str, table: str) -> dict | str:
+    """One fresh-process run; its parsed result, or the tail of its error output."""
+    command = [sys.executable, __file__, "--child", trainer, "--setting", args.setting, "--model-dir", model_dir,
+               "--tables", table] + (["--trl-vllm"] if args.trl_vllm else [])
+    done = subprocess.run(command, capture_output=True, text=True)
+    line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
+    if done.returncode or not line:
+        return done.stderr[-3000:]
+    return json.loads(line[-1][len("RESULT "):])
+
+
+def print_table(table: str, summary: dict) -> None:
+    rows = [("median step (s)", "median_step_s", "{:.3f}"), ("completion tokens/s", "tokens_per_s", "{:.1f}"),
+            ("generation share", "generation_share", "{:.2f}"), ("peak RSS (MB)", "peak_rss_mb", "{:.0f}")]
+    print(f"\n{table} settings\n{'metric':<22}{'ours':>10}{'TRL':>10}{'ours/TRL':>10}")
+    for label, key, fmt in rows:
+        ours, trl = summary["ours"][key], summary["trl"][key]
+        print(f"{label:<22}{fmt.format(ours):>10}{fmt.format(trl):>10}{ours / trl:>10.2f}")
+    ours = summary["ours"]
+    print(f"ours: padding share {ours['padding_share_padded']:.2f} padded -> {ours['padding_share_packed']:.2f} packed; "
+          f"checkpointing {ours['checkpointing']}; training phase {ours['train_gflops']:.1f} GFLOP/s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--setting", choices=sorted(SETTINGS), default="tiny")
-    parser.add_argument("--model-dir", help="local SmolLM2-135M-Instruct folder (setting smollm2)")
+    parser.add_argument("--model-dir", help="local SmolLM2-135M-Instruct folder (settings smollm2, smollm2_rg)")
     parser.add_argument("--repeats", type=int, default=3, help="alternations of the two trainers")
     parser.add_argument("--warmup", type=int, default=2, help="first steps of each run left out")
+    parser.add_argument("--tables", nargs="+", choices=TABLES, default=list(TABLES), help="which tables to measure")
+    parser.add_argument("--trl-vllm", action="store_true", help="fastest table: try TRL's colocated vLLM mode")
     parser.add_argument("--json", help="results file (default benchmarks/results/trl_vs_ours_<setting>.json)")
-    parser.add_argument("--gradient-checkpointing", choices=["on", "off"], default="on",
-                        help="the same for both trainers (TRL's GRPOConfig default is on)")
     parser.add_argument("--child", choices=["trl", "ours"], help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.setting == "smollm2" and not args.model_dir:
-        parser.error("--setting smollm2 needs --model-dir (a local SmolLM2-135M-Instruct folder)")
+    if args.setting != "tiny" and not args.model_dir:
+        parser.error(f"--setting {args.setting} needs --model-dir (a local SmolLM2-135M-Instruct folder)")
     if args.child:
-        child(args.child, args.setting, args.model_dir, args.gradient_checkpointing == "on")
+        child(args.child, args.setting, args.model_dir, args.tables[0], args.trl_vllm)
         return
     model_dir = args.model_dir or save_tiny_model()
-    runs: dict[str, list] = {"ours": [], "trl": []}
-    for repeat in range(args.repeats):
-        for trainer in ("ours", "trl"):
-            command = [sys.executable, __file__, "--child", trainer, "--setting", args.setting, "--model-dir", model_dir,
-                       "--gradient-checkpointing", args.gradient_checkpointing]
-            print(f"[{repeat + 1}/{args.repeats}] {trainer} ...", file=sys.stderr, flush=True)
-            done = subprocess.run(command, capture_output=True, text=True)
-            line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
-            if done.returncode or not line:
-                sys.exit(f"{trainer} run failed:\n{done.stderr[-4000:]}")
-            runs[trainer].append(json.loads(line[-1][len("RESULT "):]))
-    table = {name: summarize(r, args.warmup) for name, r in runs.items()}
     s = SETTINGS[args.setting]
+    results: dict = {"setting": args.setting, "config": s, "common": COMMON, "threads": 1, "tables": {}}
+    for table in args.tables:
+        runs: dict[str, list] = {"ours": [], "trl": []}
+        failures: dict[str, str] = {}
+        for repeat in range(args.repeats):
+            for trainer in ("ours", "trl"):
+                print(f"[{table} {repeat + 1}/{args.repeats}] {trainer} ...", file=sys.stderr, flush=True)
+                out = run_child(trainer, args, model_dir, table)
+                if isinstance(out, str) and trainer == "trl" and table == "fastest" and args.trl_vllm:
+                    errors = [l for l in out.splitlines() if "Error" in l or "Exception" in l]
+                    failures["trl_vllm"] = (errors or out.strip().splitlines())[-1].strip()
+                    print(f"TRL's colocated vLLM mode failed ({failures['trl_vllm']}); TRL runs with HF generate",
+                          file=sys.stderr)
+                    args.trl_vllm = False
+                    out = run_child(trainer, args, model_dir, table)
+                if isinstance(out, str):
+                    sys.exit(f"{trainer} ({table}) failed:\n{out}")
+                runs[trainer].append(out)
+        summary = {name: summarize(r, args.warmup) for name, r in runs.items()}
+        results["tables"][table] = {"results": summary, "runs": runs, "failures": failures}
+        print_table(table, summary)
+        for name, why in failures.items():
+            print(f"left out: {name}: {why}")
+    results["matmul_gflops_one_thread"] = matmul_gflops()
+    print(f"\nfp32 matmul, one thread: {results['matmul_gflops_one_thread']:.1f} GFLOP/s")
     print(f"setting {args.setting}: {s['prompts']} prompts x {s['generations']} generations x {s['max_tokens']} tokens, "
-          f"{s['steps']} steps x {args.repeats} runs each (first {args.warmup} dropped), 1 thread, HF generate, "
-          f"gradient checkpointing {args.gradient_checkpointing}")
-    rows = [("median step (s)", "median_step_s", "{:.3f}"), ("completion tokens/s", "tokens_per_s", "{:.1f}"),
-            ("generation share", "generation_share", "{:.2f}"), ("peak RSS (MB)", "peak_rss_mb", "{:.0f}")]
-    print(f"{'metric':<22}{'ours':>10}{'TRL':>10}{'ours/TRL':>10}")
-    for label, key, fmt in rows:
-        ours, trl = table["ours"][key], table["trl"][key]
-        print(f"{label:<22}{fmt.format(ours):>10}{fmt.format(trl):>10}{ours / trl:>10.2f}")
-    args.json = args.json or f"benchmarks/results/trl_vs_ours_{args.setting}.json"
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+          f"{s['steps']} steps x {args.repeats} runs each (first {args.warmup} dropped), 1 thread")
     import trl
 
-    Path(args.json).write_text(json.dumps({"setting": args.setting, "config": s, "common": COMMON, "threads": 1,
-                                           "trl_version": trl.__version__, "gradient_checkpointing": args.gradient_checkpointing,
-                                           "results": table, "runs": runs}, indent=2))
+    results["trl_version"] = trl.__version__
+    args.json = args.json or f"benchmarks/results/trl_vs_ours_{args.setting}.json"
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(results, indent=2))
     print(f"wrote {args.json}")
 
 
