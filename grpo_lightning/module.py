@@ -85,6 +85,7 @@ class PassStats:
     kl_loss: float = 0.0
     aggregation: dict[str, AggregationRecord] = field(default_factory=dict)
     seq_logp: torch.Tensor | None = None
+    old_logprobs: TokenLogProbs | None = None  # the pass's policy log-probs, when asked to record them
 
     def token_mean(self, name: str) -> float:
         return getattr(self, name) / max(self.kept_tokens, 1.0)
@@ -186,8 +187,13 @@ class GRPOModule(L.LightningModule):
         if self.auto_checkpointing:
             self._choose_checkpointing(prepared)
         self.optimizers().zero_grad(set_to_none=True)
-        for _ in range(self.cfg.num_iterations):
-            stats = self.accumulate_gradients(rollout, prepared)
+        for iteration in range(self.cfg.num_iterations):
+            # The first pass's policy log-probs are the old policy's: later passes read them
+            # instead of paying a separate forward before the first backward.
+            record = iteration == 0 and self.cfg.num_iterations > 1
+            stats = self.accumulate_gradients(rollout, prepared, record_old=record)
+            if record:
+                prepared = replace(prepared, old=stats.old_logprobs)
             self.counters.nonfinite_seqs += stats.dropped_seqs
             result.passes.append(stats)
             self._guarded_step(stats, result)
@@ -222,20 +228,27 @@ class GRPOModule(L.LightningModule):
             normalizer=self._sum_over_ranks(loss_normalizer(mask, self.cfg.loss_agg, rollout.max_new_tokens)),
             max_new_tokens=rollout.max_new_tokens,
             reference=self._reference_log_probs(rollout, batches) if self.reference is not None else None,
-            old=self._frozen_log_probs(self.policy, rollout, batches) if self.cfg.num_iterations > 1 else None,
+            old=None,  # num_iterations > 1: recorded by the first pass (see training_step), not recomputed
             in_loss=in_loss,
         )
 
-    def accumulate_gradients(self, rollout: RolloutBatch, prepared: PreparedBatch) -> PassStats:
+    def accumulate_gradients(self, rollout: RolloutBatch, prepared: PreparedBatch, record_old: bool = False) -> PassStats:
         """One pass: forward and backward over every micro-batch, gradients summed exactly.
 
         A non-finite micro-batch loss marks the pass (the caller then skips the optimizer
         step) but is still back-propagated: under DDP a rank that skipped its backward would
         leave the others waiting in the gradient all-reduce forever, while its non-finite
         gradient reaches every rank, so all skip the step together. The statistics stay on
-        the device and are read once per pass (no host sync per micro-batch).
+        the device and are read once per pass (no host sync per micro-batch). ``record_old``
+        keeps the pass's policy log-probs (detached) as ``stats.old_logprobs``.
         """
         stats = PassStats()
+        if record_old:
+            shape = rollout.completion_ids.shape
+            old = TokenLogProbs(
+                logp=torch.zeros(shape, device=self.device), entropy=None,
+                finite=torch.ones(shape, dtype=torch.bool, device=self.device),
+            )
         scale = self._world_size()  # DDP averages gradients over ranks; we want their sum
         batches = prepared.micro_batches
         stats.seq_logp = torch.full((rollout.num_sequences,), torch.nan, device=self.device)
@@ -246,6 +259,9 @@ class GRPOModule(L.LightningModule):
                 entropy_grad=self.cfg.entropy_coef > 0,
             )
             terms = micro_batch_loss(logprobs, mb, prepared, self.cfg)
+            if record_old:
+                old.logp[mb.rows, : mb.num_cols] = logprobs.logp.detach()
+                old.finite[mb.rows, : mb.num_cols] = logprobs.finite
             with self._no_sync(index == len(batches) - 1):
                 self._backward(terms.loss * scale)
             stats.seq_logp[mb.rows] = terms.seq_logp
@@ -271,6 +287,8 @@ class GRPOModule(L.LightningModule):
             for name, total in zip(_PASS_SUMS, totals):
                 setattr(stats, name, total)
             stats.dropped_seqs, stats.finite_loss = int(dropped), nonfinite == 0
+        if record_old:
+            stats.old_logprobs = old
         return stats
 
     @staticmethod
