@@ -47,6 +47,7 @@ from grpo_lightning.algorithm import (
     tied_groups,
 )
 from grpo_lightning.algorithm.lr_schedule import lr_factor
+from grpo_lightning.algorithm.packing import pack_micro_batch
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.guards import NonFiniteCounters, NonFiniteTrainingError
@@ -383,8 +384,8 @@ class GRPOModule(L.LightningModule):
     def _choose_checkpointing(self, prepared: PreparedBatch) -> None:
         """model.gradient_checkpointing=auto: on when the largest micro-batch's activations would not
         fit; every rank takes the same choice (recomputation changes the collectives under FSDP)."""
-        largest = max(prepared.micro_batches, key=lambda mb: mb.input_ids.numel())
-        choice = choose_checkpointing(self.policy, *largest.input_ids.shape, self.device)
+        shapes = [self._forward_shape(mb) for mb in prepared.micro_batches]
+        choice = choose_checkpointing(self.policy, *max(shapes, key=lambda shape: shape[0] * shape[1]), self.device)
         if self._world_size() > 1:
             on = bool(self._sum_over_ranks(torch.tensor(float(choice.on), device=self.device)) > 0)
             choice = replace(choice, on=on)
@@ -392,6 +393,12 @@ class GRPOModule(L.LightningModule):
             rank_zero_info(choice.report())
         set_checkpointing(self.policy, choice.on)
         self.checkpointing_choice = choice
+
+    def _forward_shape(self, mb: MicroBatch) -> tuple[int, int]:
+        """[rows, width] the decoder computes for ``mb``: packed when packing is on."""
+        if self.cfg.pack_sequences and self.forward_pass.packing_verified is not False:
+            return tuple(pack_micro_batch(mb.input_ids, mb.attention_mask, mb.prompt_width).input_ids.shape)
+        return tuple(mb.input_ids.shape)
 
     # ----------------------------------------------------------------------- ranks
     def _sum_over_ranks(self, value: torch.Tensor) -> torch.Tensor:

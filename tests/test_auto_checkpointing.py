@@ -26,7 +26,7 @@ def test_choice_turns_on_when_activations_exceed_half_of_free_memory(policy, mon
         choice = choose_checkpointing(policy, 8, 40, torch.device("cpu"))
         assert choice.on is expected, (free, needed)
         assert ("auto: on" if expected else "auto: off") in choice.report()
-        assert "8 x 40 tokens" in choice.report()
+        assert "8 rows x 40 tokens" in choice.report()
 
 
 @pytest.mark.parametrize("free_factor, expected", [(0.1, True), (1000.0, False)])

@@ -38,7 +38,7 @@ class CheckpointingChoice:
         verdict = "on" if self.on else "off"
         relation = "more" if self.on else "less"
         return (
-            f"model.gradient_checkpointing=auto: {verdict}. The largest micro-batch ({self.rows} x {self.width} "
+            f"model.gradient_checkpointing=auto: {verdict}. The largest micro-batch ({self.rows} rows x {self.width} "
             f"tokens) keeps about {self.activation_bytes / gib:.2f} GiB of activations without it, {relation} than "
             f"{ACTIVATION_SHARE:.0%} of the {self.available_bytes / gib:.1f} GiB free on the device. "
             "Set model.gradient_checkpointing=true or false to choose yourself."
