@@ -167,7 +167,7 @@ def build_engine_factory(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase):
         return lambda policy: VLLMEngine.from_policy(policy, tokenizer, settings)
     return lambda policy: HFEngine(
         policy, tokenizer.pad_token_id, tokenizer.eos_token_id, r.generation_batch_size,
-        progress_min_tokens=r.progress_min_tokens,
+        progress_min_tokens=r.progress_min_tokens, decoder=r.hf_decoder,
     )
 
 
