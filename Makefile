@@ -6,7 +6,7 @@
 # torchcodec that break `import transformers` (docs/vllm.md), and two packages install
 # without their declared dependencies (see pyproject.toml's extras).
 # GPU machines: `make test VLLM_EXTRA=vllm` installs the CUDA build of vLLM instead.
-# make smollm2-demo: GRPO on SmolLM2-135M-Instruct, reasoning-gym arithmetic (CPU, ~20 min).
+# make smollm2-demo: GRPO on SmolLM2-135M-Instruct, reasoning-gym products, the CPU recipe (~35 min).
 
 PYTHON ?= python3
 VENV := .venv
@@ -31,7 +31,7 @@ demo: $(STAMP)
 	$(PY) -m grpo_lightning.train
 
 smollm2-demo: $(STAMP)
-	$(PY) examples/smollm2_reasoning_gym.py
+	$(PY) examples/smollm2_reasoning_gym.py --dataset products -- +task.dataset_options.max_digits=1
 
 test: $(STAMP)
 	$(PY) -m pytest tests -q

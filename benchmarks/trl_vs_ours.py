@@ -8,12 +8,14 @@ reward (``arithmetic_close``), one thread, no evaluation pass; our health monito
 
 Two tables (``--tables``):
 
-- ``identical``: both with HF ``generate`` and gradient checkpointing on (TRL's default);
-  our step as it ships (padding-free packing is how our step works, not a setting).
+- ``identical``: both with HF ``generate`` (ours: ``rollout.hf_decoder=generate``) and
+  gradient checkpointing on (TRL's default); our step as it ships otherwise (padding-free
+  packing is how our step works, not a setting).
 - ``fastest``: each trainer at the fastest configuration this machine supports for the same
   algorithm and batch. Ours: checkpointing ``auto`` (off here: the activations fit) and the
   faster rollout engine for the setting (``fastest_engine``: the in-process vLLM engine on
-  SmolLM2, HF ``generate`` on the tiny model). TRL: checkpointing off; with ``--trl-vllm`` also its
+  SmolLM2; on the tiny model the policy's own bare KV-cache loop, ``rollout.hf_decoder=loop``).
+  TRL: checkpointing off; with ``--trl-vllm`` also its
   colocated vLLM mode (``use_vllm=True, vllm_mode="colocate"``), which the script tries and,
   when it cannot run, reports why and leaves out.
 
@@ -54,8 +56,7 @@ SETTINGS = {
     "smollm2_rg": dict(prompts=4, generations=8, max_tokens=128, steps=4, prompts_from="reasoning_gym", fastest_engine="vllm"),
 }
 # fastest_engine: our faster rollout engine on this machine for the setting. On the tiny model
-# vLLM's per-step overhead outweighs its decode speed (0.32 s vs 0.15 s per step measured);
-# on SmolLM2 its decode is several times HF generate's.
+# vLLM's per-step overhead outweighs its decode speed (0.32 s vs 0.15 s per step measured).
 COMMON = dict(beta=0.04, lr=3e-4, temperature=1.0)
 TABLES = ("identical", "fastest")
 
@@ -162,7 +163,7 @@ def run_trl(setting: str, model_dir: str | None, table: str, trl_vllm: bool = Fa
 
 
 def our_config(setting: str, model: str | None, checkpointing: bool | str = True, steps: int | None = None,
-               engine: str = "hf"):
+               engine: str = "hf", hf_decoder: str = "generate"):
     """Our TrainConfig for a setting: the same values TRL's GRPOConfig gets in run_trl."""
     from grpo_lightning.config import TrainConfig
 
@@ -170,7 +171,7 @@ def our_config(setting: str, model: str | None, checkpointing: bool | str = True
     cfg = TrainConfig()
     cfg.model.name_or_path = model
     cfg.model.gradient_checkpointing = str(checkpointing).lower()
-    cfg.rollout.engine = engine
+    cfg.rollout.engine, cfg.rollout.hf_decoder = engine, hf_decoder
     cfg.task.rewards = {"arithmetic_close": 1.0}
     cfg.task.chat_template = False  # TRL sees the raw prompt text: so do we
     cfg.rollout.prompts_per_step, cfg.rollout.num_generations = s["prompts"], s["generations"]
@@ -216,7 +217,8 @@ def run_ours(setting: str, model_dir: str | None, table: str) -> dict:
 
     fastest = table == "fastest"
     s = SETTINGS[setting]
-    cfg = our_config(setting, model_dir, "auto" if fastest else True, engine=s["fastest_engine"] if fastest else "hf")
+    cfg = our_config(setting, model_dir, "auto" if fastest else True, engine=s["fastest_engine"] if fastest else "hf",
+                     hf_decoder="loop" if fastest else "generate")
     run = build_run(cfg)
     if s["prompts_from"] == "reasoning_gym":  # the very prompt strings TRL gets
         run.datamodule.train_records = prompt_records(max(64, s["prompts"] * s["steps"]), "reasoning_gym", run.tokenizer)
