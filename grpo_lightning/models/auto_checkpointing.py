@@ -34,15 +34,18 @@ class CheckpointingChoice:
     available_bytes: int
 
     def report(self) -> str:
-        gib = 2**30
         verdict = "on" if self.on else "off"
         relation = "more" if self.on else "less"
         return (
             f"model.gradient_checkpointing=auto: {verdict}. The largest micro-batch ({self.rows} rows x {self.width} "
-            f"tokens) keeps about {self.activation_bytes / gib:.2f} GiB of activations without it, {relation} than "
-            f"{ACTIVATION_SHARE:.0%} of the {self.available_bytes / gib:.1f} GiB free on the device. "
+            f"tokens) keeps about {_size(self.activation_bytes)} of activations without it, {relation} than "
+            f"{ACTIVATION_SHARE:.0%} of the {_size(self.available_bytes)} free on the device. "
             "Set model.gradient_checkpointing=true or false to choose yourself."
         )
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**30:.1f} GiB" if count >= 2**30 else f"{count / 2**20:.1f} MiB"
 
 
 def _config_value(config, *names, default=None):
