@@ -52,6 +52,16 @@ class Interrupted(Exception):
         self.signum = signum
 
 
+def finish_logger(trainer) -> None:
+    """Close a wandb run before the process exits: Lightning's WandbLogger leaves that to wandb's
+    exit hook, which on a loaded machine could lose the last history row (the final evaluation)."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    for logger in trainer.loggers:
+        if isinstance(logger, WandbLogger) and logger._experiment is not None:
+            logger.experiment.finish()
+
+
 def run(cfg: TrainConfig, logged_config: dict | None = None) -> dict[str, float]:
     """Train with ``cfg`` (baseline evaluation, fit, final evaluation); returns the last logged metrics.
 
@@ -62,6 +72,7 @@ def run(cfg: TrainConfig, logged_config: dict | None = None) -> dict[str, float]
         fit(built, trainer, cfg)
     finally:
         built.module.rollout.shutdown()  # a launched vLLM server stops with the run
+        finish_logger(trainer)
     if built.checkpoints is not None and built.checkpoints.interrupted is not None:
         raise Interrupted(built.checkpoints.interrupted)
     return {k: float(v) for k, v in trainer.logged_metrics.items()}
