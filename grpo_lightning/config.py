@@ -141,7 +141,7 @@ class RolloutConfig:
     top_p: float = _f(1.0, "Nucleus sampling mass in (0, 1].")
     top_k: int = _f(0, "Sample among the k most likely tokens; 0 turns it off.")
     generation_batch_size: int = _f(256, "Sequences per generate() call (memory bound).")
-    hf_decoder: str = _f("loop", f"engine=hf: how the policy decodes, one of ('loop', 'generate'). loop: a bare KV-cache loop; generate: transformers' model.generate. Both draw the same tokens from the same seeded streams; loop skips generate's per-token bookkeeping (about half the rollout time on small models). A sharded policy always uses generate.")
+    hf_decoder: str = _f("loop", f"engine=hf: how the policy decodes, one of {HF_DECODERS}. loop: a bare KV-cache loop; generate: transformers' model.generate. Both draw the same tokens from the same seeded streams; loop skips generate's per-token bookkeeping (about half the rollout time on small models). A sharded policy always uses generate.")
     mode: str = _f("sync", f"One of {ROLLOUT_MODES}. async (vllm only) generates the next batches in the background while the module trains (off-policy by max_staleness steps).")
     max_staleness: int = _f(1, "async: how many generation batches run ahead of training (each is that many optimizer steps stale).")
     vllm: VLLMConfig = _f(VLLMConfig(), "vLLM engine settings (rollout.engine=vllm).")
@@ -255,6 +255,7 @@ class RewardHackingCheckConfig:
     window: int = _f(20, "Steps compared as an early and a late half (training rewards).")
     min_rise: float = _f(0.1, "A shaping reward component 'rises' when its mean gained more than this (and two standard errors) from the early to the late half.")
     min_fall: float = _f(0.05, "The correctness component 'falls' when its mean lost more than this (and two standard errors); exactly 0 on every sample of the window counts too.")
+    val_from_best: bool = _f(True, "Held-out accuracy alerts when it falls more than two standard errors below the best validation so far (a run past its peak); false: below the first (pre-training) one only.")
 
 
 @dataclass

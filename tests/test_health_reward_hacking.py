@@ -119,3 +119,53 @@ def test_held_out_fall_alerts_through_the_monitor():
     held_out = [a for a in alerts if a.evidence.startswith("held-out accuracy (val/accuracy, greedy) fell from")]
     assert len(held_out) == 1  # once, though three validations after the baseline are all below it
     assert "before training" in held_out[0].evidence and "lower algorithm.lr" in held_out[0].fix
+
+
+def test_held_out_accuracy_past_its_peak_names_the_step_to_keep():
+    """SmolLM2 on reasoning-gym gcd (docs/real_tasks.md): up from 0.183 to 0.450 at step 10, down to
+    0.200 at step 30 -- never below its start, but 2.9 standard errors below its best."""
+    check = RewardHackingCheck(RewardHackingCheckConfig())
+    assert check.observe_validation(0.183, 60, step=0) is None
+    assert check.observe_validation(0.450, 60, step=10) is None
+    assert check.observe_validation(0.350, 60, step=20) is None  # 1.1 SE below the best
+    finding = check.observe_validation(0.200, 60, step=30)
+    assert finding is not None
+    assert finding.evidence.startswith(
+        "held-out accuracy (val/accuracy, greedy) fell from its best, 0.450 at step 10 (60 prompts; 0.183 before "
+        "training) to 0.200 at step 30 (60 prompts), a drop of 0.250"
+    )
+    assert "the checkpoint of step 10 is the one to keep" in finding.evidence
+    assert finding.values["stderr"] == pytest.approx((0.45 * 0.55 / 60 + 0.2 * 0.8 / 60) ** 0.5)
+    # with val_from_best=false only the pre-training value counts: 0.200 is above it
+    baseline_only = RewardHackingCheck(RewardHackingCheckConfig(val_from_best=False))
+    assert [baseline_only.observe_validation(a, 60, step=s) for s, a in ((0, 0.183), (10, 0.45), (20, 0.35), (30, 0.2))] == [None] * 4
+
+
+def test_held_out_alerts_match_the_two_standard_error_rule_on_random_curves():
+    """Property test over random curves: an alert fires exactly when a validation is more than two
+    standard errors below the best one before it, and not again until a validation recovers."""
+    import random
+
+    rng = random.Random(0)
+    fired_total = 0
+    for _ in range(300):
+        n = rng.choice([20, 60, 100])
+        curve = [rng.randint(0, n) / n for _ in range(rng.randint(2, 8))]
+        check = RewardHackingCheck(RewardHackingCheckConfig())
+        alerted = False
+        for step, p in enumerate(curve):
+            finding = check.observe_validation(p, n, step=step)
+            best = max(curve[:step]) if step else None
+            fallen = best is not None and best - p > 2 * (best * (1 - best) / n + p * (1 - p) / n) ** 0.5
+            assert (finding is not None) == (fallen and not alerted), (curve, step)
+            alerted = fallen
+            fired_total += finding is not None
+    assert fired_total > 50  # the random curves do exercise the alert
+
+
+def test_the_recipe_curves_never_alert():
+    """The rising held-out curves of docs/real_tasks.md (60 prompts) stay silent."""
+    for curve in ([0.467, 0.767, 0.883, 0.933], [0.467, 0.783, 0.983, 0.933], [0.217, 0.350, 0.450, 0.483],
+                  [0.217, 0.483, 0.500, 0.433], [0.233, 0.517, 0.533, 0.550], [0.183, 0.433, 0.300, 0.367]):
+        check = RewardHackingCheck(RewardHackingCheckConfig())
+        assert [check.observe_validation(a, 60, step=10 * i) for i, a in enumerate(curve)] == [None] * 4, curve

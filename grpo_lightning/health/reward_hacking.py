@@ -10,9 +10,12 @@ and the held-out accuracy drops below its value before training. The check watch
    errors, while the correctness component fell by more than ``min_fall`` and two standard
    errors, or was exactly zero on every sample of the window.
 2. **Held-out accuracy** (``val/accuracy``, greedy): an alert when a validation scores below
-   the first one (the pre-training baseline with ``eval.before_training``) by more than two
-   standard errors of the difference, ``sqrt(p0 (1 - p0) / n0 + p (1 - p) / n)``; once per
-   fall (again only after a validation within two standard errors of the baseline).
+   the best one so far (the first one, the pre-training baseline with ``eval.before_training``,
+   when nothing beat it; only the first one with ``val_from_best=false``) by more than two
+   standard errors of the difference, ``sqrt(pb (1 - pb) / nb + p (1 - p) / n)``; once per
+   fall (again only after a validation within two standard errors of that reference). A run
+   past its peak (SmolLM2 on reasoning-gym gcd: 0.183 -> 0.450 at step 10 -> 0.200 at step 30)
+   never falls below its start, but its best checkpoint is behind it.
 
 Standard errors of a half-window mean are those of its samples' values (their std over
 sqrt(count)), so a rise the size of the sampling noise never alerts.
@@ -38,6 +41,7 @@ class RewardHackingCheck(HealthCheck):
         # per step: component -> (sum, sum of squares, count)
         self._window: deque[dict[str, tuple[float, float, float]]] = deque(maxlen=cfg.window)
         self._baseline: tuple[float, int] | None = None  # the first held-out accuracy and its prompts
+        self._best: tuple[float, int, int] | None = None  # the best held-out accuracy, its prompts and step
         self._last_view: StepView | None = None
         self._val_alerted = False
 
@@ -96,26 +100,40 @@ class RewardHackingCheck(HealthCheck):
 
     # ----------------------------------------------------------------------- held-out accuracy
     def observe_validation(self, accuracy: float, prompts: int, step: int) -> Finding | None:
-        """The first call records the baseline; later ones alert on a fall beyond two standard errors."""
+        """The first call records the baseline; later ones alert on a fall beyond two standard errors
+        below the best validation so far (or the baseline only, with ``val_from_best=false``)."""
         if self._baseline is None:
-            self._baseline = (accuracy, prompts)
+            self._baseline, self._best = (accuracy, prompts), (accuracy, prompts, step)
             return None
         p0, n0 = self._baseline
-        se = math.sqrt(p0 * (1 - p0) / n0 + accuracy * (1 - accuracy) / prompts)
-        fallen = p0 - accuracy > 2 * se and p0 > accuracy
+        pb, nb, best_step = self._best if self.cfg.val_from_best else (p0, n0, None)
+        se = _difference_stderr(pb, nb, accuracy, prompts)
+        fallen = pb - accuracy > 2 * se and pb > accuracy
         alerted, self._val_alerted = self._val_alerted, fallen
+        if accuracy > self._best[0]:
+            self._best = (accuracy, prompts, step)
         if not fallen or alerted:  # once per fall: again only after a recovery
             return None
+        if best_step is None or (pb, nb) == (p0, n0):
+            source = f"{pb:.3f} before training ({nb} prompts)"
+        else:
+            source = f"its best, {pb:.3f} at step {best_step} ({nb} prompts; {p0:.3f} before training)"
         evidence = (
-            f"held-out accuracy (val/accuracy, greedy) fell from {p0:.3f} before training ({n0} prompts) to "
-            f"{accuracy:.3f} at step {step} ({prompts} prompts), a drop of {p0 - accuracy:.3f}, more than two "
+            f"held-out accuracy (val/accuracy, greedy) fell from {source} to "
+            f"{accuracy:.3f} at step {step} ({prompts} prompts), a drop of {pb - accuracy:.3f}, more than two "
             f"standard errors ({2 * se:.3f})"
         )
+        if best_step is not None and (pb, nb) != (p0, n0):
+            evidence += (
+                f"; the policy is past its peak: the checkpoint of step {best_step} is the one to keep "
+                "(trainer.checkpoint_every_n_steps at a divisor of eval.every_n_steps saves it)"
+            )
         if self._last_view is not None:
             parts = self._component_means(self._last_view)
             if parts:
                 evidence += f"; the last training batch's reward components: {parts}"
-        return Finding(evidence + ".", {"val_accuracy_before": p0, "val_accuracy": accuracy, "stderr": se})
+        values = {"val_accuracy_before": p0, "val_accuracy_reference": pb, "val_accuracy": accuracy, "stderr": se}
+        return Finding(evidence + ".", values)
 
     @staticmethod
     def _component_means(view: StepView) -> str:
@@ -140,3 +158,8 @@ class RewardHackingCheck(HealthCheck):
             "evaluate more often (fewer eval.every_n_steps) to see the fall early and keep the checkpoint before it."
         )
         return causes, fix
+
+
+def _difference_stderr(p1: float, n1: int, p2: float, n2: int) -> float:
+    """Standard error of the difference of two independent accuracies (Bernoulli variances)."""
+    return math.sqrt(p1 * (1 - p1) / n1 + p2 * (1 - p2) / n2)
