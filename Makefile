@@ -42,7 +42,7 @@ $(BENCH_VENV)/.installed: pyproject.toml Makefile
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(BENCH_VENV)/bin/python -m pip install --quiet torch==2.13.0
-	$(BENCH_VENV)/bin/python -m pip install --quiet -e ".[lora]" "trl==1.16.0" "datasets>=3"
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e ".[lora,data]" "trl==1.16.0"
 	touch $@
 
 bench-trl: $(BENCH_VENV)/.installed
