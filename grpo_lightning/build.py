@@ -23,6 +23,7 @@ from grpo_lightning.data.files import max_prompt_tokens, prompt_check
 from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.data.tasks import task_records
 from grpo_lightning.models import load_policy
+from grpo_lightning.models.allocator import release_freed_memory
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.sharding import build_strategy
@@ -184,6 +185,8 @@ def build_run(
     validate_config(cfg)
     if cfg.trainer.num_threads > 0:
         torch.set_num_threads(cfg.trainer.num_threads)
+    if cfg.trainer.malloc_mmap_threshold > 0:
+        release_freed_memory(cfg.trainer.malloc_mmap_threshold)
     L.seed_everything(cfg.trainer.seed, workers=True, verbose=False)
     datamodule = build_datamodule(cfg)
     policy, tokenizer = load_policy(cfg.model)

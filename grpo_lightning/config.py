@@ -190,6 +190,7 @@ class TrainerConfig:
     strategy: str = _f("auto", f"Lightning strategy, one of {STRATEGIES}: ddp keeps a full replica per device; fsdp shards weights, gradients, AdamW state and the reference over all devices (FSDP2 through Lightning's ModelParallelStrategy, one unit per decoder layer; CPU and GPU).")
     num_nodes: int = _f(1, "Machines to train on (Lightning's num_nodes); devices is per machine.")
     num_threads: int = _f(1, "torch intra-op threads on CPU; 0 leaves torch's default.")
+    malloc_mmap_threshold: int = _f(0, "Linux/glibc: fix malloc's mmap threshold at this many bytes (e.g. 131072) so freed tensors go back to the OS instead of staying resident between the phases of a step: SmolLM2 full fp32 peak RSS -27% (4564 -> 3326 MB) for a 24% slower step (48 -> 60 s, page faults on fresh memory). 0 keeps glibc's own growing threshold. No effect elsewhere.")
     log_every_n_steps: int = _f(1, "Log metrics every n steps.")
     output_dir: str = _f("outputs", "Where logs and checkpoints go (the Hydra run folder under the CLI).")
     enable_checkpointing: bool = _f(False, "Save a Lightning checkpoint at the end of training.")
@@ -450,6 +451,7 @@ def validate_config(cfg: TrainConfig) -> None:
     )
     _check(problems, t.keep_checkpoints >= 1, f"trainer.keep_checkpoints={t.keep_checkpoints} must be >= 1")
     _check(problems, t.export_every_n_steps >= 0, f"trainer.export_every_n_steps={t.export_every_n_steps} must be >= 0 (0 = only hf/final)")
+    _check(problems, t.malloc_mmap_threshold >= 0, f"trainer.malloc_mmap_threshold={t.malloc_mmap_threshold} must be >= 0 bytes (0 keeps glibc's own threshold; e.g. 131072)")
     _check(problems, cfg.task.size >= 1, f"task.size={cfg.task.size} must be >= 1")
     _check(
         problems, 0 <= cfg.task.overlong_buffer_tokens <= r.max_new_tokens,
