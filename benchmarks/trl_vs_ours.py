@@ -34,7 +34,7 @@ achieved GFLOP/s next to the fp32 matmul rate of one core measured in the same r
 Settings: ``tiny`` (the in-code model, 8 prompts x 8 generations x 32 tokens), ``smollm2``
 (a local SmolLM2-135M-Instruct folder, 4 prompts x 8 x 64 tokens, arithmetic prompts) and
 ``smollm2_rg`` (SmolLM2 on reasoning-gym chain_sum questions in its chat template,
-4 prompts x 8 x 128 tokens).
+4 prompts x 8 x 128 tokens, lr 2e-5).
 """
 
 from __future__ import annotations
