@@ -40,8 +40,9 @@ class RewardHackingCheck(HealthCheck):
         super().__init__(cfg)
         # per step: component -> (sum, sum of squares, count)
         self._window: deque[dict[str, tuple[float, float, float]]] = deque(maxlen=cfg.window)
-        self._baseline: tuple[float, int] | None = None  # the first held-out accuracy and its prompts
-        self._best: tuple[float, int, int] | None = None  # the best held-out accuracy, its prompts and step
+        # (accuracy, prompts, step) of the first held-out validation, and of the best one so far
+        self._baseline: tuple[float, int, int] | None = None
+        self._best: tuple[float, int, int] | None = None
         self._last_view: StepView | None = None
         self._val_alerted = False
 
@@ -103,10 +104,11 @@ class RewardHackingCheck(HealthCheck):
         """The first call records the baseline; later ones alert on a fall beyond two standard errors
         below the best validation so far (or the baseline only, with ``val_from_best=false``)."""
         if self._baseline is None:
-            self._baseline, self._best = (accuracy, prompts), (accuracy, prompts, step)
+            self._baseline = self._best = (accuracy, prompts, step)
             return None
-        p0, n0 = self._baseline
-        pb, nb, best_step = self._best if self.cfg.val_from_best else (p0, n0, None)
+        p0 = self._baseline[0]
+        pb, nb, best_step = self._best if self.cfg.val_from_best else self._baseline
+        from_peak = best_step != self._baseline[2]
         se = _difference_stderr(pb, nb, accuracy, prompts)
         fallen = pb - accuracy > 2 * se and pb > accuracy
         alerted, self._val_alerted = self._val_alerted, fallen
@@ -114,16 +116,16 @@ class RewardHackingCheck(HealthCheck):
             self._best = (accuracy, prompts, step)
         if not fallen or alerted:  # once per fall: again only after a recovery
             return None
-        if best_step is None or (pb, nb) == (p0, n0):
-            source = f"{pb:.3f} before training ({nb} prompts)"
-        else:
+        if from_peak:
             source = f"its best, {pb:.3f} at step {best_step} ({nb} prompts; {p0:.3f} before training)"
+        else:
+            source = f"{pb:.3f} before training ({nb} prompts)"
         evidence = (
             f"held-out accuracy (val/accuracy, greedy) fell from {source} to "
             f"{accuracy:.3f} at step {step} ({prompts} prompts), a drop of {pb - accuracy:.3f}, more than two "
             f"standard errors ({2 * se:.3f})"
         )
-        if best_step is not None and (pb, nb) != (p0, n0):
+        if from_peak:
             evidence += (
                 f"; the policy is past its peak: the checkpoint of step {best_step} is the one to keep "
                 "(trainer.checkpoint_every_n_steps at a divisor of eval.every_n_steps saves it)"
