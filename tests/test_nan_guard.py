@@ -58,7 +58,11 @@ def changed(before, after):
     return any(not torch.equal(before[0][n], after[0][n]) for n in before[0])
 
 
-def test_nan_logits_in_one_sample_drop_that_sample_and_training_goes_on(policy, tokenizer):
+# "lm_head": NaN logits from a hooked head (the checkpointed log-prob path); "final_norm": NaN
+# hidden states into the plain head (the fused head + log-softmax function), unpacked so that
+# poisoning row 0 of the decoder's output poisons one sequence only.
+@pytest.mark.parametrize("poisoned", ["lm_head", "final_norm"])
+def test_nan_logits_in_one_sample_drop_that_sample_and_training_goes_on(policy, tokenizer, poisoned):
     calls = {"n": 0}
 
     def poison_row_zero_once(mod, inputs, output):
@@ -70,9 +74,10 @@ def test_nan_logits_in_one_sample_drop_that_sample_and_training_goes_on(policy, 
             output[0] = float("nan")
             return output
 
-    handle = policy.lm_head.register_forward_hook(poison_row_zero_once)
+    layer = policy.lm_head if poisoned == "lm_head" else policy.model.norm
+    handle = layer.register_forward_hook(poison_row_zero_once)
     try:
-        module, trainer, snaps = fit(policy, tokenizer, 3, beta=0.0)
+        module, trainer, snaps = fit(policy, tokenizer, 3, beta=0.0, pack_sequences=poisoned == "lm_head")
     finally:
         handle.remove()
     assert module.counters.nonfinite_seqs == 1

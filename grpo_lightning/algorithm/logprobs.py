@@ -17,6 +17,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from grpo_lightning.algorithm.fused_head import fused_head_log_probs
+
 
 class TokenLogProbs(NamedTuple):
     logp: torch.Tensor  # [B, T] float32, 0 where not finite
@@ -82,6 +84,13 @@ def selective_log_probs(
     return _assemble(parts, batch, time, with_entropy)
 
 
+def _fusable(head: nn.Module) -> bool:
+    """A plain linear head that nothing observes: the fused function calls ``F.linear`` on its
+    weights directly, so forward hooks (a user's, a test's poisoning) would not run."""
+    global_hooks = nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks
+    return type(head) is nn.Linear and not (head._forward_hooks or head._forward_pre_hooks or global_hooks)
+
+
 def lm_head_log_probs(
     hidden: torch.Tensor,
     lm_head: nn.Module,
@@ -93,14 +102,25 @@ def lm_head_log_probs(
 ) -> TokenLogProbs:
     """Like :func:`selective_log_probs`, from the final hidden states [B, T, H].
 
-    The logits of only ``chunk_size`` rows exist at any time, in the forward and (through
-    activation checkpointing of each chunk, when there is more than one) in the backward:
-    the [B, T, V] logits tensor is never built. On a 49k vocabulary at 32 x 256 tokens that is 1.6 GB never allocated.
+    The logits of only ``chunk_size`` rows exist at any time, in the forward and in the
+    backward: the [B, T, V] logits tensor is never built (on a 49k vocabulary at 32 x 256
+    tokens, 1.6 GB never allocated). The head and the log-softmax are one autograd function
+    (:mod:`grpo_lightning.algorithm.fused_head`) that keeps one [chunk, V] block alive at a
+    time. The entropy bonus needs the entropy's gradient, and a head with forward hooks must
+    be called as a module: those cases checkpoint each chunk through plain autograd instead,
+    which keeps several such blocks during its backward.
     """
     if hidden.shape[:-1] != targets.shape:
         raise ValueError(f"hidden {tuple(hidden.shape)} and targets {tuple(targets.shape)} do not align")
     batch, time, width = hidden.shape
     flat_hidden, flat_targets = hidden.reshape(-1, width), targets.reshape(-1)
+    if not (entropy_grad and with_entropy) and _fusable(lm_head):
+        logp, finite, entropy = fused_head_log_probs(flat_hidden, lm_head, flat_targets, temperature, chunk_size, with_entropy)
+        return TokenLogProbs(
+            logp=logp.view(batch, time),
+            entropy=entropy.view(batch, time) if entropy is not None else None,
+            finite=finite.view(batch, time),
+        )
 
     def chunk(h: torch.Tensor, t: torch.Tensor):
         return _chunk_log_probs(lm_head(h), t, temperature, with_entropy, entropy_grad)

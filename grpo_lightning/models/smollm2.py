@@ -117,3 +117,7 @@ def ensure_smollm2(target: Path | None = None) -> Path:
     finally:
         steps.close()
     return folder
+
+
+if __name__ == "__main__":  # python -m grpo_lightning.models.smollm2: make the folder once, print where
+    print(ensure_smollm2())

@@ -1,0 +1,129 @@
+"""Output head + chosen-token log-probs as one autograd function, a chunk of rows at a time.
+
+Why not activation checkpointing of each chunk (what :func:`lm_head_log_probs` did before)?
+Autograd keeps every intermediate of ``log_softmax(h @ W.T)[target]`` alive in the
+backward: the logits, the ``where`` that zeroes non-finite rows, the exponentials inside
+``logsumexp``, the scattered gradient of ``gather`` and the sum of the two gradients, each a
+[rows, vocab] float32 tensor. On SmolLM2 (49k vocabulary) at 512 rows that is 100 MB apiece,
+and those short-lived blocks are most of a LoRA step's memory above the weights.
+
+Here the forward keeps only ``logsumexp`` per row (4 bytes) and the backward rebuilds one
+chunk's logits and turns them into their gradient in place::
+
+    d logp_i / d z_i = onehot(y_i) - softmax(z_i)          (z = h W^T / temperature)
+    dh = (dz / temperature) W,  dW = (dz / temperature)^T h,  db = sum of dz / temperature
+
+so one [rows, vocab] block exists at a time in each direction (two while the entropy
+diagnostic is computed). The matmuls are those of checkpointing: one in the forward, the
+recomputed logits plus ``dh`` (and ``dW`` when the head trains) in the backward.
+
+A row whose logits are not all finite gets log-prob 0, ``finite=False`` and no gradient,
+exactly as :func:`grpo_lightning.algorithm.logprobs.selective_log_probs` treats it (F3).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _chunk_logits(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float32 (float64 for float64 weights) logits of one chunk, non-finite rows zeroed, and which rows were finite."""
+    z = F.linear(hidden, weight, bias).to(torch.promote_types(weight.dtype, torch.float32))
+    if temperature != 1.0:
+        z.div_(temperature)
+    # A row sum is finite when every entry is, barring float32 overflow of ~1e38 logits: the
+    # cheap test first, the exact one only for a chunk that fails it.
+    row_ok = torch.isfinite(z.sum(dim=-1))
+    if not bool(row_ok.all()):
+        row_ok = torch.isfinite(z).all(dim=-1)
+        z[~row_ok] = 0.0
+    return z, row_ok
+
+
+class FusedHeadLogProbs(torch.autograd.Function):
+    """``log softmax(F.linear(hidden, weight, bias) / temperature)[targets]`` for [N, H] rows.
+
+    Returns (logp [N], finite [N] bool, entropy [N] or an empty tensor); only ``logp``
+    carries a gradient (the entropy is a diagnostic here; the entropy bonus takes the
+    checkpointed path in :func:`lm_head_log_probs`).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature: float, chunk_rows: int, with_entropy: bool):
+        rows, dtype = hidden.shape[0], torch.promote_types(weight.dtype, torch.float32)
+        logp = hidden.new_empty(rows, dtype=dtype)
+        lse = hidden.new_empty(rows, dtype=dtype)
+        finite = torch.empty(rows, dtype=torch.bool, device=hidden.device)
+        entropy = hidden.new_empty(rows if with_entropy else 0, dtype=dtype)
+        for start in range(0, rows, chunk_rows):
+            end = min(start + chunk_rows, rows)
+            z, row_ok = _chunk_logits(hidden[start:end], weight, bias, temperature)
+            chosen = z.gather(-1, targets[start:end, None]).squeeze(-1)
+            peak = z.amax(dim=-1, keepdim=True)
+            z.sub_(peak)  # z - max: exp cannot overflow
+            if with_entropy:  # H = log s - sum(e * (z - max)) / s, with e = exp(z - max), s = sum(e)
+                e = z.exp()
+                total = e.sum(dim=-1)
+                entropy[start:end] = total.log() - torch.linalg.vecdot(e, z) / total
+                del e
+            else:
+                total = z.exp_().sum(dim=-1)
+            row_lse = total.log() + peak.squeeze(-1)
+            lse[start:end] = row_lse
+            logp[start:end] = torch.where(row_ok, chosen - row_lse, 0.0)
+            finite[start:end] = row_ok & torch.isfinite(chosen - row_lse)
+            del z
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, finite)
+        ctx.temperature, ctx.chunk_rows = temperature, chunk_rows
+        device = hidden.device.type
+        ctx.autocast = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+        ctx.mark_non_differentiable(finite, entropy)
+        return logp, finite, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, _grad_finite, _grad_entropy):
+        hidden, weight, bias, targets, lse, finite = ctx.saved_tensors
+        temperature, chunk_rows = ctx.temperature, ctx.chunk_rows
+        autocast_on, autocast_dtype = ctx.autocast  # the recomputed logits must be the forward's
+        need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
+        grad_hidden = torch.empty_like(hidden) if need_hidden else None
+        dtype = lse.dtype
+        grad_weight = torch.zeros(weight.shape, dtype=dtype, device=weight.device) if need_weight else None
+        grad_bias = torch.zeros(bias.shape, dtype=dtype, device=bias.device) if need_bias else None
+        # A poisoned row (non-finite logits or log-prob) gets no gradient, whatever the upstream.
+        grad_rows = torch.where(finite, grad_logp.to(dtype), 0.0) / temperature
+        for start in range(0, hidden.shape[0], chunk_rows):
+            end = min(start + chunk_rows, hidden.shape[0])
+            with torch.autocast(hidden.device.type, dtype=autocast_dtype, enabled=autocast_on):
+                z, _ = _chunk_logits(hidden[start:end], weight, bias, temperature)
+            g = grad_rows[start:end, None]
+            # dz = g * (onehot(y) - softmax(z)), built in place over the float32 logits
+            dz = z.sub_(lse[start:end, None]).exp_().mul_(-g)
+            dz.scatter_add_(-1, targets[start:end, None], g)
+            if need_weight:  # a poisoned row's dz is 0, but 0 x NaN is NaN: leave its hidden state out
+                rows_ok = finite[start:end, None]
+                grad_weight.addmm_(dz.t(), torch.where(rows_ok, hidden[start:end], 0).to(dtype))
+            if need_bias:
+                grad_bias += dz.sum(dim=0)
+            if need_hidden:
+                grad_hidden[start:end] = dz.to(weight.dtype) @ weight
+            del z, dz
+        if need_weight:
+            grad_weight = grad_weight.to(weight.dtype)
+        if need_bias:
+            grad_bias = grad_bias.to(bias.dtype)
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None
+
+
+def fused_head_log_probs(
+    hidden: torch.Tensor, head: torch.nn.Linear, targets: torch.Tensor, temperature: float,
+    chunk_rows: int, with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(logp, finite, entropy or None) of flat [N, H] ``hidden`` through ``head``; see the module doc."""
+    logp, finite, entropy = FusedHeadLogProbs.apply(
+        hidden, head.weight, head.bias, targets, float(temperature), max(1, int(chunk_rows)), with_entropy
+    )
+    return logp, finite, entropy if with_entropy else None

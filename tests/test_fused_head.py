@@ -1,0 +1,106 @@
+"""The fused output head + log-softmax: same values and gradients as plain autograd, less kept.
+
+Property test over random shapes, chunkings, temperatures, biases, trainable or frozen
+heads and poisoned rows, in float64 so that any difference is a bug, not rounding.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grpo_lightning.algorithm import lm_head_log_probs
+from grpo_lightning.algorithm.fused_head import FusedHeadLogProbs, fused_head_log_probs
+
+
+def plain(hidden, head, targets, temperature):
+    """The textbook computation: full logits, log_softmax, gather; a row with non-finite logits
+    contributes nothing, to the log-probs or to any gradient (F3)."""
+    with torch.no_grad():
+        ok = torch.isfinite(head(hidden)).all(-1)
+    z = head(torch.where(ok[:, None], hidden, 0)) / temperature
+    z = torch.where(ok[:, None], z, torch.zeros_like(z))
+    logp = torch.log_softmax(z, dim=-1)
+    chosen = torch.where(ok, logp.gather(-1, targets[:, None]).squeeze(-1), torch.zeros(()))
+    entropy = -(logp.exp() * logp).sum(-1)
+    return chosen, ok, entropy
+
+
+@pytest.mark.parametrize("case", range(60))
+def test_values_and_gradients_match_plain_autograd(case):
+    gen = torch.Generator().manual_seed(case)
+    rows = int(torch.randint(1, 40, (), generator=gen))
+    width, vocab = int(torch.randint(2, 12, (), generator=gen)), int(torch.randint(2, 70, (), generator=gen))
+    chunk = int(torch.randint(1, rows + 3, (), generator=gen))
+    temperature = float(torch.rand((), generator=gen)) * 1.5 + 0.3 if case % 3 else 1.0
+    head = torch.nn.Linear(width, vocab, bias=bool(case % 2), dtype=torch.float64)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(vocab, width, generator=gen, dtype=torch.float64) * 2)
+    head.weight.requires_grad_(case % 4 != 0)  # frozen head: LoRA's case
+    hidden = torch.randn(rows, width, generator=gen, dtype=torch.float64)
+    poisoned = torch.rand(rows, generator=gen) < 0.15
+    hidden[poisoned, 0] = float("nan") if case % 2 else float("inf")
+    hidden.requires_grad_(True)
+    targets = torch.randint(0, vocab, (rows,), generator=gen)
+    upstream = torch.randn(rows, generator=gen, dtype=torch.float64)
+    params = [hidden] + [p for p in head.parameters() if p.requires_grad]
+
+    logp, finite, entropy = fused_head_log_probs(hidden, head, targets, temperature, chunk, with_entropy=True)
+    got = torch.autograd.grad((logp * upstream).sum(), params)
+    want_logp, want_ok, want_entropy = plain(hidden, head, targets, temperature)
+    want = torch.autograd.grad((want_logp * upstream).sum(), params)
+
+    assert finite.tolist() == want_ok.tolist() == (~poisoned).tolist()
+    torch.testing.assert_close(logp.double(), want_logp, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(entropy[finite].double(), want_entropy[want_ok], rtol=1e-6, atol=1e-6)
+    for g, w in zip(got, want):
+        assert torch.isfinite(g).all()  # a poisoned row reaches no gradient
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_gradcheck_in_float64():
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(7, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(9, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(9, generator=gen, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 9, (7,), generator=gen)
+    fn = lambda h, w, b: FusedHeadLogProbs.apply(h, w, b, targets, 0.8, 3, False)[0]  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (hidden, weight, bias))
+
+
+def test_only_per_row_values_are_kept_for_the_backward():
+    """What autograd holds between forward and backward: the inputs and O(rows), never [rows, vocab]."""
+    rows, width, vocab = 64, 8, 1000
+    head = torch.nn.Linear(width, vocab, bias=False)
+    hidden = torch.randn(2, rows // 2, width, requires_grad=True)
+    targets = torch.randint(0, vocab, (2, rows // 2))
+    kept: dict[int, int] = {}
+
+    def pack(t):
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = lm_head_log_probs(hidden, head, targets, chunk_size=16, with_entropy=True)
+    inputs = hidden.numel() * 4 + head.weight.numel() * 4
+    one_chunk_of_logits = 16 * vocab * 4
+    assert sum(kept.values()) - inputs < one_chunk_of_logits / 4  # per-row lse, targets, flags
+    out.logp.sum().backward()
+    assert torch.isfinite(hidden.grad).all() and hidden.grad.abs().sum() > 0
+
+
+def test_autocast_recomputes_the_forwards_logits():
+    """Under bf16 autocast the backward rebuilds the logits the forward saw; else softmax != exp(z - lse)."""
+    gen = torch.Generator().manual_seed(1)
+    head = torch.nn.Linear(16, 40, bias=False)
+    hidden = torch.randn(10, 16, generator=gen, requires_grad=True)
+    targets = torch.randint(0, 40, (10,), generator=gen)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logp, _, _ = fused_head_log_probs(hidden, head, targets, 1.0, 4, with_entropy=False)
+        z = head(hidden).float()
+    want = torch.log_softmax(z, -1).gather(-1, targets[:, None]).squeeze(-1)
+    torch.testing.assert_close(logp, want, rtol=0, atol=1e-5)
+    upstream = torch.rand(10, generator=gen)
+    (got,) = torch.autograd.grad((logp * upstream).sum(), hidden)
+    (expected,) = torch.autograd.grad((want * upstream).sum(), hidden)
+    torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-3)
