@@ -73,8 +73,10 @@ class FusedHeadLogProbs(torch.autograd.Function):
                 total = z.exp_().sum(dim=-1)
             row_lse = total.log() + peak.squeeze(-1)
             lse[start:end] = row_lse
-            logp[start:end] = torch.where(row_ok, chosen - row_lse, 0.0)
-            finite[start:end] = row_ok & torch.isfinite(chosen - row_lse)
+            chosen_logp = chosen - row_lse
+            ok = row_ok & torch.isfinite(chosen_logp)
+            logp[start:end] = torch.where(ok, chosen_logp, 0.0)
+            finite[start:end] = ok
             del z
         ctx.save_for_backward(hidden, weight, bias, targets, lse, finite)
         ctx.temperature, ctx.chunk_rows = temperature, chunk_rows

@@ -115,12 +115,8 @@ def lm_head_log_probs(
     batch, time, width = hidden.shape
     flat_hidden, flat_targets = hidden.reshape(-1, width), targets.reshape(-1)
     if not (entropy_grad and with_entropy) and _fusable(lm_head):
-        logp, finite, entropy = fused_head_log_probs(flat_hidden, lm_head, flat_targets, temperature, chunk_size, with_entropy)
-        return TokenLogProbs(
-            logp=logp.view(batch, time),
-            entropy=entropy.view(batch, time) if entropy is not None else None,
-            finite=finite.view(batch, time),
-        )
+        fused = fused_head_log_probs(flat_hidden, lm_head, flat_targets, temperature, chunk_size, with_entropy)
+        return _assemble([fused], batch, time, with_entropy)
 
     def chunk(h: torch.Tensor, t: torch.Tensor):
         return _chunk_log_probs(lm_head(h), t, temperature, with_entropy, entropy_grad)
