@@ -104,3 +104,40 @@ def test_autocast_recomputes_the_forwards_logits():
     (got,) = torch.autograd.grad((logp * upstream).sum(), hidden)
     (expected,) = torch.autograd.grad((want * upstream).sum(), hidden)
     torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-3)
+
+
+@pytest.mark.parametrize(
+    "weight, device, autocast, expected",
+    [
+        (torch.bfloat16, "cuda", None, True),
+        (torch.float16, "cuda", None, True),
+        (torch.float32, "cuda", torch.bfloat16, True),  # bf16-mixed: autocast's matmuls are 16-bit anyway
+        (torch.float32, "cuda", None, False),  # full float32 training keeps IEEE float32
+        (torch.float64, "cuda", None, False),
+        (torch.bfloat16, "cpu", None, False),  # TF32 is a CUDA tensor-core format
+    ],
+)
+def test_tf32_only_where_the_result_keeps_less_precision_than_tf32(weight, device, autocast, expected):
+    from grpo_lightning.algorithm.fused_head import tf32_is_lossless
+
+    assert tf32_is_lossless(weight, device, autocast) is expected
+
+
+@pytest.mark.parametrize("user_setting", ["ieee", "tf32"])
+def test_tf32_block_sets_tf32_inside_and_restores_the_users_setting(user_setting):
+    from grpo_lightning.algorithm.fused_head import tf32_weight_gradient
+
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    try:
+        matmul.fp32_precision = user_setting
+        with tf32_weight_gradient(True):
+            assert matmul.fp32_precision == "tf32"
+        assert matmul.fp32_precision == user_setting
+        with tf32_weight_gradient(False):
+            assert matmul.fp32_precision == user_setting
+        with pytest.raises(RuntimeError), tf32_weight_gradient(True):
+            raise RuntimeError("the setting is restored on the way out of an error too")
+        assert matmul.fp32_precision == user_setting
+    finally:
+        matmul.fp32_precision = before

@@ -19,12 +19,51 @@ recomputed logits plus ``dh`` (and ``dW`` when the head trains) in the backward.
 
 A row whose logits are not all finite gets log-prob 0, ``finite=False`` and no gradient,
 exactly as :func:`grpo_lightning.algorithm.logprobs.selective_log_probs` treats it (F3).
+
+The head-weight gradient ``dW`` accumulates in float32 over the chunks. With 16-bit weights
+(or a 16-bit autocast) on a GPU it runs on TF32 tensor cores (:func:`tf32_weight_gradient`):
+the 16-bit weights round ``dW`` more coarsely at the end (autocast's matmuls would compute it
+in 16 bits) than TF32 rounds ``dz``, and a 16-bit ``h`` is exact in TF32. In IEEE float32 that one matmul ran on the CUDA cores and
+took about a sixth of the training phase on a Qwen2-0.5B-shaped model (152k vocabulary).
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
+
+_SIXTEEN_BIT = (torch.bfloat16, torch.float16)
+
+
+def tf32_is_lossless(weight_dtype: torch.dtype, device_type: str, autocast_dtype: torch.dtype | None = None) -> bool:
+    """TF32 for the float32 ``dW`` accumulation loses nothing a 16-bit result keeps (see the module doc).
+
+    ``autocast_dtype``: the autocast dtype the forward ran under, None without autocast.
+    """
+    return device_type == "cuda" and (weight_dtype in _SIXTEEN_BIT or autocast_dtype in _SIXTEEN_BIT)
+
+
+@contextmanager
+def tf32_weight_gradient(enabled: bool):
+    """CUDA float32 matmuls on TF32 tensor cores inside the block, the user's setting restored after."""
+    if not enabled:
+        yield
+        return
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):  # torch >= 2.9: the legacy flag must not be mixed in
+        previous, matmul.fp32_precision = matmul.fp32_precision, "tf32"
+        try:
+            yield
+        finally:
+            matmul.fp32_precision = previous
+        return
+    previous, matmul.allow_tf32 = matmul.allow_tf32, True
+    try:
+        yield
+    finally:
+        matmul.allow_tf32 = previous
 
 
 def _chunk_logits(
@@ -97,6 +136,7 @@ class FusedHeadLogProbs(torch.autograd.Function):
         grad_bias = torch.zeros(bias.shape, dtype=dtype, device=bias.device) if need_bias else None
         # A poisoned row (non-finite logits or log-prob) gets no gradient, whatever the upstream.
         grad_rows = torch.where(finite, grad_logp.to(dtype), 0.0) / temperature
+        tf32 = tf32_is_lossless(weight.dtype, weight.device.type, autocast_dtype if autocast_on else None)
         for start in range(0, hidden.shape[0], chunk_rows):
             end = min(start + chunk_rows, hidden.shape[0])
             with torch.autocast(hidden.device.type, dtype=autocast_dtype, enabled=autocast_on):
@@ -107,7 +147,8 @@ class FusedHeadLogProbs(torch.autograd.Function):
             dz.scatter_add_(-1, targets[start:end, None], g)
             if need_weight:  # a poisoned row's dz is 0, but 0 x NaN is NaN: leave its hidden state out
                 rows_ok = finite[start:end, None]
-                grad_weight.addmm_(dz.t(), torch.where(rows_ok, hidden[start:end], 0).to(dtype))
+                with tf32_weight_gradient(tf32):
+                    grad_weight.addmm_(dz.t(), torch.where(rows_ok, hidden[start:end], 0).to(dtype))
             if need_bias:
                 grad_bias += dz.sum(dim=0)
             if need_hidden:
