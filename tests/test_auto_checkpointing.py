@@ -66,3 +66,14 @@ def test_an_unknown_mode_is_an_error_naming_the_field(config_factory):
     cfg = config_factory(1, **{"model.gradient_checkpointing": "sometimes"})
     with pytest.raises(ValueError, match=r"model.gradient_checkpointing='sometimes' is not allowed; choose one of \['auto', 'true', 'false'\]"):
         validate_config(cfg)
+
+
+def test_cuda_free_memory_counts_what_the_caching_allocator_holds_unused(monkeypatch):
+    """Regression (seen on an H100): free memory read from the driver alone missed the blocks a
+    first step's generation and reference pass had cached and released, and auto turned
+    checkpointing on for a batch that fitted three times over."""
+    gib = 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (10 * gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 40 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 5 * gib)
+    assert auto_checkpointing.available_bytes(torch.device("cuda", 0)) == 45 * gib
