@@ -69,9 +69,9 @@ def test_an_unknown_mode_is_an_error_naming_the_field(config_factory):
 
 
 def test_cuda_free_memory_counts_what_the_caching_allocator_holds_unused(monkeypatch):
-    """Regression (seen on an H100): free memory read from the driver alone missed the blocks a
-    first step's generation and reference pass had cached and released, and auto turned
-    checkpointing on for a batch that fitted three times over."""
+    """Regression (seen on an H100): free memory read from the driver alone missed the blocks
+    the first step's activations left cached, and auto switched checkpointing on from the
+    second step for a batch that fitted."""
     gib = 2**30
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (10 * gib, 80 * gib))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 40 * gib)
