@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from grpo_lightning.data.reasoning_gym import reasoning_gym_records
@@ -97,3 +99,21 @@ def test_task_rewards_combine_with_weights():
     # third: wrong (0), well-formed tag (0.2), 48 chars > 2 x 20 so the penalty is capped (-1 x 0.5)
     assert total.tolist() == pytest.approx([1.2, 1.0, -0.3])
     assert set(parts) == {"gsm_exact", "answer_format", "length_penalty"}
+
+
+def test_a_dataset_scorer_that_raises_on_a_malformed_answer_scores_it_zero_and_warns_once(monkeypatch):
+    """Regression: prime_factorization's score_answer raises ValueError on "16," and stopped the run."""
+    from grpo_lightning.data import reasoning_gym as rg
+
+    monkeypatch.setattr(rg, "_SCORER_FAILURES_WARNED", set())
+    train, _ = reasoning_gym_records("prime_factorization", size=8, val_fraction=0.0, options={"max_value": 30})
+    entries = [r["entry"] for r in train[:3]]
+    right = [f"<answer>{r['answer']}</answer>" for r in train[:3]]
+    malformed = ["<answer>16,</answer>", "<answer>abc</answer>", right[2]]
+    with pytest.warns(UserWarning, match=r"prime_factorization score_answer raised ValueError.*'16,'.*score 0"):
+        scores = reasoning_gym_correct([""] * 3, malformed, entry=entries)
+    assert scores == [0.0, 0.0, 1.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second time: no warning, the same scores
+        assert reasoning_gym_correct([""] * 3, malformed, entry=entries) == [0.0, 0.0, 1.0]
+    assert reasoning_gym_correct([""] * 3, right, entry=entries) == [1.0, 1.0, 1.0]

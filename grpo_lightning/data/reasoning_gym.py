@@ -7,6 +7,7 @@ Every record keeps the dataset's own entry, so the reward can call the dataset's
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 from grpo_lightning.data.files import DataError
@@ -71,9 +72,29 @@ def _plain(entry: dict) -> dict:
     return {"question": entry["question"], "answer": entry["answer"], "metadata": entry.get("metadata", {})}
 
 
+_SCORER_FAILURES_WARNED: set[str] = set()  # datasets whose scorer raised once already
+
+
 def score_answer(answer: str | None, entry: dict) -> float:
-    """The source dataset's ``score_answer``; a missing answer scores 0."""
+    """The source dataset's ``score_answer``; a missing answer scores 0.
+
+    Some datasets' scorers raise on an answer they cannot parse (prime_factorization:
+    ``int("16,")``). A malformed answer is a wrong one: it scores 0 and the run goes on,
+    with one warning per dataset naming the answer and the error.
+    """
     if answer is None:
         return 0.0
-    fn = _reasoning_gym().get_score_answer_fn(entry["metadata"]["source_dataset"])
-    return float(fn(answer, entry))
+    dataset = entry["metadata"]["source_dataset"]
+    fn = _reasoning_gym().get_score_answer_fn(dataset)
+    try:
+        return float(fn(answer, entry))
+    except Exception as err:  # the dataset's own code, on the policy's text
+        if dataset not in _SCORER_FAILURES_WARNED:
+            _SCORER_FAILURES_WARNED.add(dataset)
+            warnings.warn(
+                f"reasoning-gym's {dataset} score_answer raised {type(err).__name__}: {err} on the answer "
+                f"{answer[:80]!r}; such answers score 0 (a malformed answer is a wrong one). "
+                f"Further failures of {dataset}'s scorer score 0 without a warning.",
+                stacklevel=2,
+            )
+        return 0.0
