@@ -17,8 +17,8 @@ Each configuration (``--configs``) trains ``--steps`` steps in a fresh process w
   forward when beta > 0; policy forward; backward x2 of the forward for full training,
   x1 for LoRA, whose frozen base needs no weight gradients; recomputation by checkpointing
   not counted, as MFU conventionally does not), over the training phase's time, against
-  both the GPU's dense bf16 peak (``--peak-tflops``) and a bf16 8192^3 matmul measured in
-  the same process;
+  both the GPU's dense bf16 peak (``--peak-tflops``) and a bf16 8192^3 matmul measured at the
+  start of the same run, on the same GPU;
 - HF generate's completion tokens per second;
 - with ``--profile``: the top CUDA kernels of the last step's training phase and the top
   CPU operators of the generation of the step before, each with the time the GPU was busy
