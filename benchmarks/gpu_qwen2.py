@@ -222,6 +222,8 @@ def run_config(args, name: str, model_dir: str) -> dict:
         if cuda:
             torch.cuda.synchronize()
 
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+
     cfg = our_config(args, name, model_dir)
     run = build_run(cfg)
     module = run.module
@@ -298,10 +300,8 @@ def run_config(args, name: str, model_dir: str) -> dict:
 
             def prepare(*a, **k):
                 sync()
-                profile["wall_start"] = time.perf_counter()
-                self.prof = torch.profiler.profile(
-                    activities=[torch.profiler.ProfilerActivity.CPU]
-                    + ([torch.profiler.ProfilerActivity.CUDA] if cuda else []))
+                self.wall_start = time.perf_counter()
+                self.prof = torch.profiler.profile(activities=activities)
                 self.prof.__enter__()
                 return inner(*a, **k)
 
@@ -311,7 +311,7 @@ def run_config(args, name: str, model_dir: str) -> dict:
             if not hasattr(self, "prof"):
                 return
             sync()
-            wall = time.perf_counter() - profile.pop("wall_start")
+            wall = time.perf_counter() - self.wall_start
             self.prof.__exit__(None, None, None)
             events = self.prof.key_averages()
             attr = "device_time_total" if cuda else "cpu_time_total"
@@ -320,7 +320,7 @@ def run_config(args, name: str, model_dir: str) -> dict:
             profile.update({
                 "wall_s": wall,
                 "device_busy_s": kernel_us / 1e6 if cuda else None,
-                "table": self.prof.key_averages().table(sort_by="self_" + attr, row_limit=25),
+                "table": events.table(sort_by="self_" + attr, row_limit=25),
                 "top": [{"name": e.key, "self_s": getattr(e, "self_" + attr) / 1e6, "count": e.count} for e in top],
             })
             del self.prof
@@ -334,8 +334,6 @@ def run_config(args, name: str, model_dir: str) -> dict:
             inner = pl_module.generate_rollout
 
             def generate_rollout(*a, **k):
-                activities = [torch.profiler.ProfilerActivity.CPU] + (
-                    [torch.profiler.ProfilerActivity.CUDA] if cuda else [])
                 sync()
                 start = time.perf_counter()
                 with torch.profiler.profile(activities=activities) as prof:

@@ -23,8 +23,9 @@ exactly as :func:`grpo_lightning.algorithm.logprobs.selective_log_probs` treats 
 The head-weight gradient ``dW`` accumulates in float32 over the chunks. With 16-bit weights
 (or a 16-bit autocast) on a GPU it runs on TF32 tensor cores (:func:`tf32_weight_gradient`):
 the 16-bit weights round ``dW`` more coarsely at the end (autocast's matmuls would compute it
-in 16 bits) than TF32 rounds ``dz``, and a 16-bit ``h`` is exact in TF32. In IEEE float32 that one matmul ran on the CUDA cores and
-took about a sixth of the training phase on a Qwen2-0.5B-shaped model (152k vocabulary).
+in 16 bits) than TF32 rounds ``dz``, and a 16-bit ``h`` is exact in TF32. In IEEE float32
+that one matmul ran on the CUDA cores and took about a sixth of the training phase on a
+Qwen2-0.5B-shaped model (152k vocabulary).
 """
 
 from __future__ import annotations
@@ -52,18 +53,14 @@ def tf32_weight_gradient(enabled: bool):
         yield
         return
     matmul = torch.backends.cuda.matmul
-    if hasattr(matmul, "fp32_precision"):  # torch >= 2.9: the legacy flag must not be mixed in
-        previous, matmul.fp32_precision = matmul.fp32_precision, "tf32"
-        try:
-            yield
-        finally:
-            matmul.fp32_precision = previous
-        return
-    previous, matmul.allow_tf32 = matmul.allow_tf32, True
+    # torch >= 2.9 has fp32_precision, and its legacy allow_tf32 flag must not be mixed in.
+    name, tf32 = ("fp32_precision", "tf32") if hasattr(matmul, "fp32_precision") else ("allow_tf32", True)
+    previous = getattr(matmul, name)
+    setattr(matmul, name, tf32)
     try:
         yield
     finally:
-        matmul.allow_tf32 = previous
+        setattr(matmul, name, previous)
 
 
 def _chunk_logits(
