@@ -61,13 +61,15 @@ SHAPES = {
     ),
 }
 
-# name -> (model.dtype, trainer.precision, LoRA rank, strategy, hf_decoder)
+# name -> (model.dtype, trainer.precision, LoRA rank, strategy, hf_decoder, model.compile)
 CONFIGS = {
-    "lora_bf16": ("bfloat16", "32-true", 16, "auto", "generate"),
-    "full_bf16": ("bfloat16", "32-true", 0, "auto", "generate"),
-    "full_bf16_mixed": ("float32", "bf16-mixed", 0, "auto", "generate"),
-    "full_bf16_fsdp": ("bfloat16", "32-true", 0, "fsdp", "generate"),
-    "lora_bf16_loop": ("bfloat16", "32-true", 16, "auto", "loop"),
+    "lora_bf16": ("bfloat16", "32-true", 16, "auto", "generate", False),
+    "full_bf16": ("bfloat16", "32-true", 0, "auto", "generate", False),
+    "full_bf16_compile": ("bfloat16", "32-true", 0, "auto", "generate", True),
+    "lora_bf16_compile": ("bfloat16", "32-true", 16, "auto", "generate", True),
+    "full_bf16_mixed": ("float32", "bf16-mixed", 0, "auto", "generate", False),
+    "full_bf16_fsdp": ("bfloat16", "32-true", 0, "fsdp", "generate", False),
+    "lora_bf16_loop": ("bfloat16", "32-true", 16, "auto", "loop", False),
 }
 H100_BF16_DENSE_TFLOPS = 989.4  # H100 SXM's dense bf16 peak (NVIDIA's datasheet)
 
@@ -112,11 +114,11 @@ def register_benchmark_reward() -> None:
 def our_config(args, name: str, model_dir: str):
     from grpo_lightning.config import TrainConfig
 
-    dtype, precision, rank, strategy, decoder = CONFIGS[name]
+    dtype, precision, rank, strategy, decoder, compiled = CONFIGS[name]
     cfg = TrainConfig()
     cfg.model.name_or_path, cfg.model.dtype = model_dir, dtype
     cfg.model.gradient_checkpointing = args.checkpointing
-    cfg.model.lora.rank = rank
+    cfg.model.lora.rank, cfg.model.compile = rank, compiled
     cfg.rollout.engine, cfg.rollout.hf_decoder = "hf", decoder
     cfg.rollout.prompts_per_step, cfg.rollout.num_generations = args.prompts, args.generations
     cfg.rollout.max_new_tokens, cfg.rollout.temperature = args.max_tokens, 1.0
@@ -373,20 +375,24 @@ def summarize(result: dict, warmup: int, peak_tflops: float, matmul_tflops: floa
     measured = result["steps"][warmup:]
     steps = [s for s in measured if not s["profiled"]] or measured or result["steps"][-1:]
     total = sum(s["seconds"] for s in steps)
-    train = sum(s["seconds"] - s["generate"] for s in steps)
-    compute = sum(s["prepare_and_reference"] + s["policy_forward_backward"] for s in steps)
-    flops = sum(s["train_flops"] for s in steps)
+    # Rates are medians over the steps, like the step time: one slow step (a recompilation
+    # under model.compile, an allocator flush) must not set the figure.
+    train = statistics.median(s["train_flops"] / (s["seconds"] - s["generate"]) for s in steps) / 1e12
+    compute = statistics.median(
+        s["train_flops"] / (s["prepare_and_reference"] + s["policy_forward_backward"]) for s in steps
+    ) / 1e12
     out = {
         "median_step_s": statistics.median(s["seconds"] for s in steps),
         "breakdown_share": {
             phase: sum(s[phase] for s in steps) / total
             for phase in ("generate", "prepare_and_reference", "policy_forward_backward", "optimizer", "other")
         },
-        "generate_tokens_per_s": sum(s["completion_tokens"] for s in steps) / sum(s["generate"] for s in steps),
-        "train_tflops": flops / train / 1e12,
-        "forward_backward_tflops": flops / compute / 1e12,
-        "mfu_vs_peak": flops / train / 1e12 / peak_tflops,
-        "mfu_vs_measured_matmul": flops / train / 1e12 / matmul_tflops if matmul_tflops else None,
+        "generate_tokens_per_s": statistics.median(s["completion_tokens"] / s["generate"] for s in steps),
+        "train_s": statistics.median(s["seconds"] - s["generate"] for s in steps),
+        "train_tflops": train,
+        "forward_backward_tflops": compute,
+        "mfu_vs_peak": train / peak_tflops,
+        "mfu_vs_measured_matmul": train / matmul_tflops if matmul_tflops else None,
         "peak_allocated_gib": max((s["peak_allocated_gib"] or 0) for s in result["steps"]),
         "peak_reserved_gib": max((s["peak_reserved_gib"] or 0) for s in result["steps"]),
         "tokens_per_step": statistics.mean(s["tokens"] for s in steps),

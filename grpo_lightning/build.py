@@ -24,6 +24,7 @@ from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.data.tasks import task_records
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.allocator import release_freed_memory
+from grpo_lightning.models.compile import compile_training_models
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.sharding import build_strategy
@@ -217,6 +218,8 @@ def build_run(
         eval_max_new_tokens=cfg.eval.max_new_tokens, eval_pass_k=cfg.eval.pass_k,
         auto_checkpointing=checkpointing_mode(cfg.model.gradient_checkpointing) == "auto",
     )
+    if cfg.model.compile:
+        compile_training_models(module)
     callbacks: list[L.Callback] = [TrainingSummary()]
     health = HealthMonitor(cfg.health) if cfg.health.enabled else None
     if health is not None:

@@ -76,6 +76,7 @@ class ModelConfig:
     tiny: TinyModelConfig = _f(TinyModelConfig(), "Shape of the in-code tiny model (name_or_path=tiny).")
     dtype: str = _f("float32", f"Dtype the weights load in, one of {MODEL_DTYPES} (auto: the checkpoint's own; float32 for the tiny model). The reference model and the optimizer state follow it (AdamW keeps its moments in the weights' dtype); LoRA adapters stay float32. Log-probs are float32 whatever it is.")
     lora: LoraModelConfig = _f(LoraModelConfig(), "LoRA adapters (peft): with rank > 0 only the adapters train, and the reference (beta > 0) is the same base model with the adapters switched off.")
+    compile: bool = _f(False, "torch.compile each decoder layer of the policy and the reference for the training passes (generation stays eager): fuses the elementwise work between the matmuls, which is what bounds a small model's training phase on a GPU. The first step pays the compilation (tens of seconds); log-probs agree with eager ones to float rounding, not bit for bit. Needs a C++ compiler on CPU; not with trainer.strategy=fsdp.")
 
 
 @dataclass
@@ -393,6 +394,11 @@ def _validate_model(problems: list[str], m: ModelConfig, t: TrainerConfig) -> No
     else:
         _choice(problems, "trainer.strategy", t.strategy, STRATEGIES)
     _check(problems, t.num_nodes >= 1, f"trainer.num_nodes={t.num_nodes} must be >= 1")
+    _check(
+        problems, not (m.compile and t.strategy == "fsdp"),
+        "model.compile=true with trainer.strategy=fsdp is not supported: FSDP2 gathers each layer's weights in hooks "
+        "around the layer that the compiled layer would have to trace; set model.compile=false, or use trainer.strategy=ddp",
+    )
     p = str(t.precision)
     half_weights = m.dtype in ("bfloat16", "float16")
     if half_weights and p.endswith("-mixed"):

@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
 from grpo_lightning.config import HF_DECODERS
+from grpo_lightning.models.compile import eager_generation
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.sharding import is_sharded
 from grpo_lightning.rollout.engine import Completion, GenerationRequest, SamplingSettings
@@ -67,8 +68,9 @@ class HFEngine:
         self.model.eval()
         try:
             completions: list[Completion] = []
-            for start in range(0, len(requests), self.batch_size):
-                completions.extend(self._generate_chunk(requests[start : start + self.batch_size], sampling))
+            with eager_generation(self.model):  # model.compile compiles the training passes only
+                for start in range(0, len(requests), self.batch_size):
+                    completions.extend(self._generate_chunk(requests[start : start + self.batch_size], sampling))
             return completions
         finally:
             self.model.train(was_training)
