@@ -295,9 +295,14 @@ def summarize(runs: list[dict], warmup: int) -> dict:
     return out
 
 
+# The project's own venv (`make test` / `make demo` build it); same torch and transformers as .venv-bench.
+OURS_PYTHON = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"
+
+
 def run_child(trainer: str, args, model_dir: str, table: str) -> dict | str:
     """One fresh-process run; its parsed result, or the tail of its error output."""
-    command = [sys.executable, __file__, "--child", trainer, "--setting", args.setting, "--model-dir", model_dir,
+    python = args.ours_python if trainer == "ours" else sys.executable
+    command = [python, __file__, "--child", trainer, "--setting", args.setting, "--model-dir", model_dir,
                "--tables", table] + (["--trl-vllm"] if args.trl_vllm else [])
     done = subprocess.run(command, capture_output=True, text=True)
     line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
@@ -326,6 +331,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="first steps of each run left out")
     parser.add_argument("--tables", nargs="+", choices=TABLES, default=list(TABLES), help="which tables to measure")
     parser.add_argument("--trl-vllm", action="store_true", help="fastest table: try TRL's colocated vLLM mode")
+    parser.add_argument(
+        "--ours-python", default=str(OURS_PYTHON) if OURS_PYTHON.exists() else sys.executable,
+        help="interpreter for our runs: the project's .venv (from make; it has the CPU build of vLLM that our "
+        "fastest SmolLM2 configuration uses and .venv-bench lacks) when it exists, else this one",
+    )
     parser.add_argument("--json", help="results file (default benchmarks/results/trl_vs_ours_<setting>.json)")
     parser.add_argument("--child", choices=["trl", "ours"], help=argparse.SUPPRESS)
     args = parser.parse_args()
