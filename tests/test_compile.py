@@ -70,3 +70,12 @@ def test_compile_with_fsdp_is_refused_naming_both_fields():
 def test_a_model_without_decoder_layers_is_refused_with_the_fix():
     with pytest.raises(ValueError, match=r"model.compile=true: cannot find the decoder layers of Linear .* model.compile=false"):
         decoder_layers(torch.nn.Linear(2, 2))
+
+
+def test_build_run_compiles_policy_and_reference_only_when_asked(config_factory):
+    from grpo_lightning.build import build_run
+
+    for wanted in (False, True):
+        run = build_run(config_factory(1, **{"model.compile": wanted, "algorithm.beta": 0.04}))
+        assert is_compiled(run.module.policy) is wanted
+        assert is_compiled(run.module.reference) is wanted
