@@ -295,13 +295,15 @@ def summarize(runs: list[dict], warmup: int) -> dict:
     return out
 
 
-# The project's own venv (`make test` / `make demo` build it); same torch and transformers as .venv-bench.
+# The project's own venv (`make test` / `make demo` build it): same torch and transformers as .venv-bench, plus vLLM.
 OURS_PYTHON = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"
 
 
 def run_child(trainer: str, args, model_dir: str, table: str) -> dict | str:
     """One fresh-process run; its parsed result, or the tail of its error output."""
-    python = args.ours_python if trainer == "ours" else sys.executable
+    python = sys.executable
+    if trainer == "ours" and table == "fastest" and SETTINGS[args.setting].get("fastest_engine") == "vllm":
+        python = args.ours_python or python  # our vLLM rollouts need a venv with vLLM
     command = [python, __file__, "--child", trainer, "--setting", args.setting, "--model-dir", model_dir,
                "--tables", table] + (["--trl-vllm"] if args.trl_vllm else [])
     done = subprocess.run(command, capture_output=True, text=True)
@@ -332,9 +334,10 @@ def main() -> None:
     parser.add_argument("--tables", nargs="+", choices=TABLES, default=list(TABLES), help="which tables to measure")
     parser.add_argument("--trl-vllm", action="store_true", help="fastest table: try TRL's colocated vLLM mode")
     parser.add_argument(
-        "--ours-python", default=str(OURS_PYTHON) if OURS_PYTHON.exists() else sys.executable,
-        help="interpreter for our runs: the project's .venv (from make; it has the CPU build of vLLM that our "
-        "fastest SmolLM2 configuration uses and .venv-bench lacks) when it exists, else this one",
+        "--ours-python", default=str(OURS_PYTHON) if OURS_PYTHON.exists() else None,
+        help="interpreter for our runs that roll out with vLLM (the SmolLM2 fastest tables): default the "
+        "project's .venv from make, which has the CPU build of vLLM that .venv-bench lacks. Every other run "
+        "uses this interpreter, so both trainers import the same packages (peak RSS compares like with like)",
     )
     parser.add_argument("--json", help="results file (default benchmarks/results/trl_vs_ours_<setting>.json)")
     parser.add_argument("--child", choices=["trl", "ours"], help=argparse.SUPPRESS)
