@@ -24,18 +24,15 @@ from torch import nn
 DATA_PARALLEL = "data_parallel"
 
 
-def decoder_layer_classes(model: nn.Module) -> set[type[nn.Module]]:
-    """The classes of ``model``'s decoder layers, from the architecture's ``_no_split_modules``."""
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """``model``'s decoder layers: the modules of the classes its architecture names in
+    ``_no_split_modules`` (FSDP shards them one by one, ``model.compile`` compiles them);
+    empty if it names none."""
     names: set[str] = set()
     for module in model.modules():
         names.update(getattr(module, "_no_split_modules", None) or ())
-    classes = {type(m) for m in model.modules() if type(m).__name__ in names}
-    if not classes:
-        raise ValueError(
-            f"trainer.strategy=fsdp: {type(model).__name__} declares no decoder layer class "
-            f"(_no_split_modules); FSDP needs one to shard the model layer by layer"
-        )
-    return classes
+    classes = tuple({type(m) for m in model.modules() if type(m).__name__ in names})
+    return [m for m in model.modules() if isinstance(m, classes)]
 
 
 def is_sharded(model: nn.Module) -> bool:
@@ -56,10 +53,14 @@ def shard_model(model: nn.Module, mesh) -> None:
     from torch.distributed.fsdp import fully_shard
 
     model = _root(model)
-    classes = tuple(decoder_layer_classes(model))
-    for module in model.modules():
-        if isinstance(module, classes):
-            fully_shard(module, mesh=mesh)
+    layers = decoder_layers(model)
+    if not layers:
+        raise ValueError(
+            f"trainer.strategy=fsdp: {type(model).__name__} declares no decoder layer class "
+            f"(_no_split_modules); FSDP needs one to shard the model layer by layer"
+        )
+    for layer in layers:
+        fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
 
 

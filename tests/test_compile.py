@@ -10,7 +10,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from grpo_lightning.config import AlgorithmConfig, TrainConfig, validate_config
-from grpo_lightning.models.compile import compile_training_models, decoder_layers, eager_generation, is_compiled
+from grpo_lightning.models.compile import compile_training_models, eager_generation, is_compiled, layers_to_compile
 from grpo_lightning.module import GRPOModule
 from conftest import PROMPTS, make_generator
 
@@ -28,7 +28,7 @@ def test_compiled_layers_give_eager_gradients_with_and_without_the_reference(pol
         eager = GRPOModule(copy.deepcopy(policy), AlgorithmConfig(**algorithm))
         compiled = GRPOModule(copy.deepcopy(policy), AlgorithmConfig(**algorithm))
         layers = compile_training_models(compiled)
-        assert layers == len(decoder_layers(policy)) * (2 if algorithm["beta"] > 0 else 1)  # policy and reference
+        assert layers == len(layers_to_compile(policy)) * (2 if algorithm["beta"] > 0 else 1)  # policy and reference
         assert is_compiled(compiled.policy) and not is_compiled(eager.policy)
         want, want_stats = _pass(eager, rollout)
         got, got_stats = _pass(compiled, rollout)
@@ -52,12 +52,12 @@ def test_generation_with_compiled_layers_is_eager_and_identical(policy, tokenize
     assert torch.equal(got.completion_mask, want.completion_mask)
     assert counters["stats"]["unique_graphs"] == 0  # nothing was compiled while decoding
     # ... and the training passes get their compiled layers back, also after an error
-    assert all(layer._compiled_call_impl is not None for layer in decoder_layers(compiled_policy))
+    assert all(layer._compiled_call_impl is not None for layer in layers_to_compile(compiled_policy))
     with pytest.raises(RuntimeError, match="mid-decode"):
         with eager_generation(compiled_policy):
-            assert all(layer._compiled_call_impl is None for layer in decoder_layers(compiled_policy))
+            assert all(layer._compiled_call_impl is None for layer in layers_to_compile(compiled_policy))
             raise RuntimeError("mid-decode")
-    assert all(layer._compiled_call_impl is not None for layer in decoder_layers(compiled_policy))
+    assert all(layer._compiled_call_impl is not None for layer in layers_to_compile(compiled_policy))
 
 
 def test_compile_with_fsdp_is_refused_naming_both_fields():
@@ -69,7 +69,7 @@ def test_compile_with_fsdp_is_refused_naming_both_fields():
 
 def test_a_model_without_decoder_layers_is_refused_with_the_fix():
     with pytest.raises(ValueError, match=r"model.compile=true: cannot find the decoder layers of Linear .* model.compile=false"):
-        decoder_layers(torch.nn.Linear(2, 2))
+        layers_to_compile(torch.nn.Linear(2, 2))
 
 
 def test_build_run_compiles_policy_and_reference_only_when_asked(config_factory):

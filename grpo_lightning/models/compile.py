@@ -26,15 +26,17 @@ from contextlib import contextmanager
 
 from torch import nn
 
+from grpo_lightning.sharding import decoder_layers
 
-def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The repeated decoder layers of a Hugging Face causal LM (also under a peft wrapper)."""
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    layers = getattr(decoder, "layers", None)
-    if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
+
+def layers_to_compile(model: nn.Module) -> list[nn.Module]:
+    """The decoder layers of ``model`` (:func:`grpo_lightning.sharding.decoder_layers`, the
+    ones FSDP shards), or an error naming the fix if its architecture declares none."""
+    layers = decoder_layers(model)
+    if not layers:
         raise ValueError(
             f"model.compile=true: cannot find the decoder layers of {type(model).__name__} "
-            "(expected model.get_decoder().layers, as Llama, Qwen2 and Mistral have); set model.compile=false"
+            "(its architecture names no decoder layer class in _no_split_modules); set model.compile=false"
         )
     return layers
 
@@ -42,19 +44,16 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
 def compile_decoder_layers(model: nn.Module) -> int:
     """Compile each decoder layer of ``model`` in place (``nn.Module.compile``: parameter
     names, state dicts and exports are unchanged); returns how many."""
-    layers = decoder_layers(model)
+    layers = layers_to_compile(model)
     for layer in layers:
         layer.compile()
-    layers.compiled_by_grpo = True  # read by is_compiled
+    model.compiled_by_grpo = True  # read by is_compiled
     return len(layers)
 
 
-def is_compiled(model: nn.Module) -> bool:
+def is_compiled(model: object) -> bool:
     """Whether :func:`compile_decoder_layers` was applied to ``model``."""
-    try:
-        return getattr(decoder_layers(model), "compiled_by_grpo", False)
-    except ValueError:
-        return False
+    return getattr(model, "compiled_by_grpo", False)
 
 
 @contextmanager
@@ -69,7 +68,7 @@ def eager_generation(model: nn.Module) -> Iterator[None]:
     if not is_compiled(model):
         yield
         return
-    layers = list(decoder_layers(model))
+    layers = decoder_layers(model)
     compiled = [layer._compiled_call_impl for layer in layers]
     try:
         for layer in layers:
