@@ -7,7 +7,9 @@ that process) that trains ``--steps`` GRPO steps on the same model files, prompt
 batch (4 prompts x 8 completions x 32 tokens), beta, loss aggregation and learning rate as
 ``trl_vs_ours.py``. Reported per run: peak RSS, the RSS after imports and before the model
 loads (the interpreter, torch, transformers: the same for every run of one trainer), the
-peak above that baseline, and that peak divided by the number of trained parameters.
+peak above that baseline, and that peak divided by the number of trained parameters, and
+whether large CPU tensors were on huge pages (ours: on, as the package's import sets it; TRL:
+off, its default, and on in the ``trl-*-thp`` runs).
 
     make .venv-bench/.installed          # TRL 1.16 + peft + this package in .venv-bench
     .venv-bench/bin/python benchmarks/memory.py --model-dir ~/.cache/grpo_lightning/SmolLM2-135M-Instruct
@@ -41,9 +43,14 @@ RUNS = {
     "trl-full-fp32": ("trl", "float32", False, 0.04),
     "trl-full-bf16": ("trl", "bfloat16", False, 0.04),
     "trl-lora16": ("trl", "float32", True, 0.04),
+    # TRL with the huge pages our package turns on by default (THP_MEM_ALLOC_ENABLE=1 from its start)
+    "trl-full-fp32-thp": ("trl", "float32", False, 0.04),
+    "trl-lora16-thp": ("trl", "float32", True, 0.04),
 }
+HUGE_PAGES_ENV = {"trl-full-fp32-thp", "trl-lora16-thp"}
 # ours vs TRL on the same setting
-PAIRS = [("ours-full-fp32", "trl-full-fp32"), ("ours-full-bf16", "trl-full-bf16"), ("ours-lora16", "trl-lora16")]
+PAIRS = [("ours-full-fp32", "trl-full-fp32"), ("ours-full-bf16", "trl-full-bf16"), ("ours-lora16", "trl-lora16"),
+         ("ours-full-fp32", "trl-full-fp32-thp"), ("ours-lora16", "trl-lora16-thp")]
 
 
 def current_rss_mb() -> float:
@@ -115,6 +122,12 @@ def child(name: str, model_dir: str, checkpointing: bool, steps: int) -> None:
     torch.set_num_threads(1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     trainer, dtype, lora, beta = RUNS[name]
+    if trainer == "ours":
+        # first, as the CLI imports it: its import turns on huge pages for large CPU tensors,
+        # which torch decides at its first allocation (importing lightning allocates)
+        import grpo_lightning  # noqa: F401
+    else:  # TRL's own default unless the run asks for huge pages (measure() sets the variable then)
+        os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "0")
     import lightning  # noqa: F401  the imports every run pays, before the baseline
     import transformers  # noqa: F401
 
@@ -122,14 +135,18 @@ def child(name: str, model_dir: str, checkpointing: bool, steps: int) -> None:
         import trl  # noqa: F401
     baseline = current_rss_mb()
     result = (run_trl if trainer == "trl" else run_ours)(model_dir, dtype, lora, beta, checkpointing, steps)
-    result.update(peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, baseline_rss_mb=baseline)
+    from grpo_lightning.models.allocator import torch_uses_huge_pages
+
+    result.update(peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, baseline_rss_mb=baseline,
+                  huge_pages=torch_uses_huge_pages())
     print("RESULT " + json.dumps(result))
 
 
 def measure(name: str, model_dir: str, checkpointing: bool, steps: int) -> dict:
     command = [sys.executable, __file__, "--child", name, "--model-dir", model_dir,
                "--checkpointing", "on" if checkpointing else "off", "--steps", str(steps)]
-    done = subprocess.run(command, capture_output=True, text=True)
+    env = dict(os.environ, THP_MEM_ALLOC_ENABLE="1") if name in HUGE_PAGES_ENV else None
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
     if done.returncode or not line:
         sys.exit(f"{name} failed:\n{done.stderr[-4000:]}")

@@ -250,6 +250,14 @@ def run_ours(setting: str, model_dir: str | None, table: str) -> dict:
 
 
 def child(trainer: str, setting: str, model_dir: str | None, table: str, trl_vllm: bool) -> None:
+    # Each trainer with its own default for large CPU tensors, decided at torch's first
+    # allocation: ours imports the package first, as the CLI does (huge pages on); TRL without
+    # them, unless the environment asks (TRL's reward comes from our package, whose import would
+    # otherwise turn them on for TRL too).
+    if trainer == "trl":
+        os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "0")
+    else:
+        import grpo_lightning  # noqa: F401
     import torch
 
     torch.set_num_threads(1)
@@ -258,7 +266,10 @@ def child(trainer: str, setting: str, model_dir: str | None, table: str, trl_vll
         result = run_trl(setting, model_dir, table, trl_vllm)
     else:
         result = run_ours(setting, model_dir, table)
+    from grpo_lightning.models.allocator import torch_uses_huge_pages
+
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["huge_pages"] = torch_uses_huge_pages()
     print("RESULT " + json.dumps(result))
 
 

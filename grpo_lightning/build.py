@@ -13,6 +13,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+from lightning.pytorch.utilities import rank_zero_info
 from transformers import PreTrainedTokenizerBase
 
 from grpo_lightning.callbacks import CompletionsTable, HealthMonitor, TrainingSummary
@@ -23,7 +24,7 @@ from grpo_lightning.data.files import max_prompt_tokens, prompt_check
 from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.data.tasks import task_records
 from grpo_lightning.models import load_policy
-from grpo_lightning.models.allocator import release_freed_memory
+from grpo_lightning.models.allocator import huge_pages_report, release_freed_memory
 from grpo_lightning.models.compile import compile_training_models
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rewards import RewardScorer
@@ -184,6 +185,10 @@ def build_run(
     resolved Hydra config).
     """
     validate_config(cfg)
+    if cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available():
+        report = huge_pages_report()
+        if report:
+            rank_zero_info(report)
     if cfg.trainer.num_threads > 0:
         torch.set_num_threads(cfg.trainer.num_threads)
     if cfg.trainer.malloc_mmap_threshold > 0:

@@ -1,4 +1,5 @@
-"""trainer.malloc_mmap_threshold: after glibc's mmap threshold has grown (a large block freed),
+"""Huge pages for large CPU tensors (on when the package is imported first), and
+trainer.malloc_mmap_threshold: after glibc's mmap threshold has grown (a large block freed),
 a freed tensor stays resident without the setting and goes back to the OS with it."""
 
 from __future__ import annotations
@@ -54,3 +55,67 @@ def test_build_run_applies_the_setting(monkeypatch):
     cfg.trainer.malloc_mmap_threshold = 131072
     build.build_run(cfg)
     assert calls == [131072]
+
+
+HUGE_PAGES_PROBE = r"""
+import sys
+import torch
+if sys.argv[1] == "tensor-first":
+    torch.ones(10)                  # torch reads THP_MEM_ALLOC_ENABLE at its first CPU allocation
+import grpo_lightning
+from grpo_lightning.models.allocator import huge_pages_report, torch_uses_huge_pages
+
+big = torch.ones(2**21)             # 8 MiB, touched
+huge_kb = sum(int(line.split()[1]) for line in open("/proc/self/smaps_rollup") if line.startswith("AnonHugePages"))
+print(torch_uses_huge_pages(), huge_kb, huge_pages_report(), sep="\n")
+"""
+
+
+def huge_pages_probe(order: str, **env: str) -> tuple[bool, int, str]:
+    import os
+
+    environment = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"} | env
+    out = subprocess.run([sys.executable, "-c", HUGE_PAGES_PROBE, order], capture_output=True, text=True,
+                         check=True, env=environment)
+    active, huge_kb, report = out.stdout.strip().splitlines()[-3:]
+    return active == "True", int(huge_kb), report
+
+
+def kernel_mode() -> str:
+    """always, madvise or never: the kernel's transparent huge pages setting (the bracketed word)."""
+    from grpo_lightning.models.allocator import KERNEL_HUGE_PAGES
+
+    return KERNEL_HUGE_PAGES.read_text().split("[")[1].split("]")[0]
+
+
+def test_importing_the_package_first_puts_large_cpu_tensors_on_huge_pages():
+    active, huge_kb, report = huge_pages_probe("package-first")
+    assert active, report
+    # the kernel honours the advice unless its huge pages are off altogether
+    assert huge_kb >= 4096 or kernel_mode() == "never", huge_kb
+    assert "on transparent huge pages" in report or "kernel has them off" in report, report
+
+
+def test_a_tensor_before_the_import_keeps_huge_pages_off_and_the_report_says_how_to_fix_it():
+    active, huge_kb, report = huge_pages_probe("tensor-first")
+    assert not active, report
+    assert huge_kb == 0 or kernel_mode() == "always", huge_kb  # "always" gives huge pages to every large mapping
+    assert "import grpo_lightning before" in report and "THP_MEM_ALLOC_ENABLE=1" in report, report
+
+
+def test_the_users_own_switch_wins():
+    active, huge_kb, report = huge_pages_probe("package-first", THP_MEM_ALLOC_ENABLE="0")
+    assert not active, report
+    assert huge_kb == 0 or kernel_mode() == "always", huge_kb
+    assert report == "CPU tensors: huge pages off (THP_MEM_ALLOC_ENABLE=0)", report
+
+
+def test_build_run_reports_huge_pages(monkeypatch):
+    from grpo_lightning import build
+    from conftest import make_config
+
+    lines = []
+    monkeypatch.setattr(build, "huge_pages_report", lambda: "huge pages: the report")
+    monkeypatch.setattr(build, "rank_zero_info", lines.append)
+    build.build_run(make_config(1))
+    assert lines == ["huge pages: the report"]

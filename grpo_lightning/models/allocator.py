@@ -1,4 +1,17 @@
-"""Return freed large blocks to the OS (Linux / glibc), so a step's phases do not pile up.
+"""Where large CPU tensors live (Linux): transparent huge pages by default, and optionally
+freed blocks returned to the OS at once.
+
+**Huge pages, on by default.** PyTorch backs CPU blocks of 2 MiB and more with transparent
+huge pages when ``THP_MEM_ALLOC_ENABLE=1`` (its own switch: page-aligned blocks with
+``madvise(MADV_HUGEPAGE)``). torch reads the switch once, at its first CPU allocation, so the
+package sets it when it is imported (:func:`prefer_huge_pages`, unless the variable is already
+set) and ``build_run`` reports whether it took effect (:func:`huge_pages_report`). Measured on
+SmolLM2-135M, 4 x 8 x 32 tokens, checkpointing on, 4 steps, one thread: LoRA rank 16 peak RSS
+2306-2397 -> 1696-1730 MB and full float32 3592-3593 -> 3385-3387 MB, with the run's time
+unchanged (LoRA 73-76 s both ways, full 73-76 s vs 77-78 s). The step's phases leave less
+resident slack in glibc's heap this way; the effect is measured, not derived.
+
+**Freed memory back to the OS, opt-in.**
 
 glibc serves blocks above its mmap threshold with ``mmap`` and hands them back on ``free``,
 but it raises that threshold (up to 32 MiB) every time such a block is freed. After the first
@@ -20,10 +33,55 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
+from pathlib import Path
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
 DEFAULT_THRESHOLD = 128 * 1024  # glibc's own starting threshold: 128 KiB
+HUGE_PAGES_SWITCH = "THP_MEM_ALLOC_ENABLE"  # PyTorch's: huge pages for CPU blocks >= 2 MiB
+KERNEL_HUGE_PAGES = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def prefer_huge_pages() -> None:
+    """Ask torch for huge pages on large CPU blocks, unless the user already chose (``=0`` keeps
+    them off). Effective only before torch's first CPU allocation: the package calls it on import."""
+    if sys.platform.startswith("linux"):
+        os.environ.setdefault(HUGE_PAGES_SWITCH, "1")
+
+
+def torch_uses_huge_pages() -> bool:
+    """Whether torch's huge-page path is active in this process. It page-aligns every block of
+    2 MiB and more; without it blocks are 64-byte aligned, so four page-aligned blocks in a row
+    do not happen by chance."""
+    import torch
+
+    blocks = [torch.empty((2 << 20) + 64 * i, dtype=torch.uint8) for i in range(4)]
+    return all(block.data_ptr() % 4096 == 0 for block in blocks)
+
+
+def huge_pages_report() -> str | None:
+    """One line for the run's log: are large CPU tensors on huge pages, and if not, why and what to do."""
+    if not sys.platform.startswith("linux"):
+        return None
+    switch = os.environ.get(HUGE_PAGES_SWITCH)
+    try:
+        kernel = KERNEL_HUGE_PAGES.read_text().strip()
+    except OSError:
+        kernel = "unknown"
+    if torch_uses_huge_pages():
+        if "[never]" in kernel:
+            return (f"CPU tensors: torch asks for huge pages but the kernel has them off ({KERNEL_HUGE_PAGES}: {kernel}); "
+                    "peak memory is higher without them (README, Memory)")
+        return f"CPU tensors of 2 MiB and more on transparent huge pages ({HUGE_PAGES_SWITCH}=1; kernel: {kernel})"
+    if switch is not None and switch.strip() in {"0", ""}:
+        return f"CPU tensors: huge pages off ({HUGE_PAGES_SWITCH}={switch})"
+    return (
+        "CPU tensors: huge pages off because torch allocated memory before grpo_lightning was imported "
+        f"(torch reads {HUGE_PAGES_SWITCH} once, at its first allocation): import grpo_lightning before "
+        f"lightning or any tensor, or start Python with {HUGE_PAGES_SWITCH}=1. Peak memory is higher without "
+        "them (README, Memory)"
+    )
 
 
 def release_freed_memory(threshold: int = DEFAULT_THRESHOLD) -> bool:
