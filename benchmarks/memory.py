@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from trl_vs_ours import load_model, our_config, prompt_records, trl_config  # noqa: E402
+from trl_vs_ours import child_environment, load_model, our_config, prompt_records, trl_config  # noqa: E402
 
 DIMS = dict(prompts=4, generations=8, max_tokens=32, steps=2)
 LORA = dict(rank=16, alpha=32.0, dropout=0.0)
@@ -126,8 +126,6 @@ def child(name: str, model_dir: str, checkpointing: bool, steps: int) -> None:
         # first, as the CLI imports it: its import turns on huge pages for large CPU tensors,
         # which torch decides at its first allocation (importing lightning allocates)
         import grpo_lightning  # noqa: F401
-    else:  # TRL's own default unless the run asks for huge pages (measure() sets the variable then)
-        os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "0")
     import lightning  # noqa: F401  the imports every run pays, before the baseline
     import transformers  # noqa: F401
 
@@ -145,7 +143,9 @@ def child(name: str, model_dir: str, checkpointing: bool, steps: int) -> None:
 def measure(name: str, model_dir: str, checkpointing: bool, steps: int) -> dict:
     command = [sys.executable, __file__, "--child", name, "--model-dir", model_dir,
                "--checkpointing", "on" if checkpointing else "off", "--steps", str(steps)]
-    env = dict(os.environ, THP_MEM_ALLOC_ENABLE="1") if name in HUGE_PAGES_ENV else None
+    env = child_environment(RUNS[name][0])
+    if name in HUGE_PAGES_ENV:
+        env["THP_MEM_ALLOC_ENABLE"] = "1"
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
     if done.returncode or not line:

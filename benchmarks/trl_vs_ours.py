@@ -250,13 +250,7 @@ def run_ours(setting: str, model_dir: str | None, table: str) -> dict:
 
 
 def child(trainer: str, setting: str, model_dir: str | None, table: str, trl_vllm: bool) -> None:
-    # Each trainer with its own default for large CPU tensors, decided at torch's first
-    # allocation: ours imports the package first, as the CLI does (huge pages on); TRL without
-    # them, unless the environment asks (TRL's reward comes from our package, whose import would
-    # otherwise turn them on for TRL too).
-    if trainer == "trl":
-        os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "0")
-    else:
+    if trainer == "ours":  # first, as the CLI imports it: huge pages for large CPU tensors (run_child)
         import grpo_lightning  # noqa: F401
     import torch
 
@@ -310,6 +304,20 @@ def summarize(runs: list[dict], warmup: int) -> dict:
 OURS_PYTHON = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"
 
 
+# As the user started this script, before any import of our package (which sets it to 1).
+USER_HUGE_PAGES = os.environ.get("THP_MEM_ALLOC_ENABLE")
+
+
+def child_environment(trainer: str) -> dict:
+    """Each trainer with its own default for large CPU tensors: ours on huge pages (its import
+    asks for them), TRL without (torch's default; importing our package for TRL's reward, or
+    this process's imports of it, would otherwise turn them on), unless the user set the switch."""
+    env = dict(os.environ)
+    if trainer == "trl":
+        env["THP_MEM_ALLOC_ENABLE"] = USER_HUGE_PAGES if USER_HUGE_PAGES is not None else "0"
+    return env
+
+
 def run_child(trainer: str, args, model_dir: str, table: str) -> dict | str:
     """One fresh-process run; its parsed result, or the tail of its error output."""
     python = sys.executable
@@ -317,7 +325,7 @@ def run_child(trainer: str, args, model_dir: str, table: str) -> dict | str:
         python = args.ours_python or python  # our vLLM rollouts need a venv with vLLM
     command = [python, __file__, "--child", trainer, "--setting", args.setting, "--model-dir", model_dir,
                "--tables", table] + (["--trl-vllm"] if args.trl_vllm else [])
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, env=child_environment(trainer))
     line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
     if done.returncode or not line:
         return done.stderr[-3000:]

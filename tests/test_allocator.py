@@ -119,3 +119,19 @@ def test_build_run_reports_huge_pages(monkeypatch):
     monkeypatch.setattr(build, "rank_zero_info", lines.append)
     build.build_run(make_config(1))
     assert lines == ["huge pages: the report"]
+
+
+def test_the_switch_is_read_as_torch_reads_it():
+    """torch turns huge pages on when C's atoi of THP_MEM_ALLOC_ENABLE is non-zero; the report
+    must read "yes", " 2" or "0x1" the same way, or it blames the import order wrongly."""
+    import ctypes
+    import random
+
+    from grpo_lightning.models.allocator import _switch_on
+
+    atoi = ctypes.CDLL("libc.so.6").atoi
+    atoi.argtypes, atoi.restype = [ctypes.c_char_p], ctypes.c_int
+    rng = random.Random(0)
+    values = ["".join(rng.choice(" +-0123456789ax") for _ in range(rng.randint(0, 6))) for _ in range(3000)]
+    for value in values + ["1", "0", "", "yes", "00", "-0", "+7"]:
+        assert _switch_on(value) == (atoi(value.encode()) != 0), repr(value)
