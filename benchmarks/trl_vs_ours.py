@@ -304,7 +304,8 @@ def summarize(runs: list[dict], warmup: int) -> dict:
 OURS_PYTHON = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"
 
 
-# As the user started this script, before any import of our package (which sets it to 1).
+# As the user started this script, before any import of our package (which sets it to 1). The
+# name is spelled out: importing allocator.HUGE_PAGES_SWITCH would import the package first.
 USER_HUGE_PAGES = os.environ.get("THP_MEM_ALLOC_ENABLE")
 
 

@@ -84,7 +84,7 @@ def huge_pages_report() -> str | None:
         if "[never]" in kernel:
             return (f"CPU tensors: torch asks for huge pages but the kernel has them off ({KERNEL_HUGE_PAGES}: {kernel}); "
                     "peak memory is higher without them (README, Memory)")
-        return f"CPU tensors of 2 MiB and more on transparent huge pages ({HUGE_PAGES_SWITCH}=1; kernel: {kernel})"
+        return f"CPU tensors of 2 MiB and more on transparent huge pages ({HUGE_PAGES_SWITCH}={switch}; kernel: {kernel})"
     if switch is not None and not _switch_on(switch):
         return f"CPU tensors: huge pages off ({HUGE_PAGES_SWITCH}={switch})"
     return (
