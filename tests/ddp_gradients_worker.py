@@ -109,17 +109,25 @@ def worker(rank: int, world: int, out_dir: str, port: int, kind: str) -> None:
         stats = module.accumulate_gradients(mine, prepared)
         grad = flat_grad(module)
         if rank == 0:
-            json.dump(
-                {
-                    "mode": mode,
-                    "max_abs_diff": float((grad - reference).abs().max()),
-                    "grad_norm": float(reference.norm()),
-                    "normalizer": float(prepared.normalizer),
-                    "aggregation": {k: [v.mode, v.normalizer] for k, v in stats.aggregation.items()},
-                },
-                open(os.path.join(out_dir, f"{mode}.json"), "w"),
-            )
-    dist.destroy_process_group()
+            with open(os.path.join(out_dir, f"{mode}.json"), "w") as f:
+                json.dump(
+                    {
+                        "mode": mode,
+                        "max_abs_diff": float((grad - reference).abs().max()),
+                        "grad_norm": float(reference.norm()),
+                        "normalizer": float(prepared.normalizer),
+                        "aggregation": {k: [v.mode, v.normalizer] for k, v in stats.aggregation.items()},
+                    },
+                    f,
+                )
+    dist.barrier()  # both ranks done, every result written
+    # Exit without tearing down. torch's gloo teardown can deadlock here: freeing the DDP reducer
+    # destroys the process group, which joins gloo's work thread while holding the GIL, and that
+    # thread needs the GIL to free a finished all-reduce (seen once in a clean-clone run: a rank
+    # hung at exit until the test's 300 s timeout). The results are on disk; nothing is lost.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
