@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 
 import torch
 
@@ -114,3 +115,25 @@ def test_sampled_tokens_follow_the_distribution():
     assert torch.allclose(logprobs, expected.log()[tokens], atol=1e-6)
     second_draw = sampler.draw(logits.expand(20000, -1))[0]
     assert (second_draw != tokens).float().mean() > 0.3  # the stream moves on at each position
+
+
+def test_counter_uniforms_of_many_counters_at_once_equal_one_call_per_counter():
+    """The sampler computes a rollout's uniforms in one call ([B, T]); each must be the one a
+    per-token call gives, or resumed and batched draws would change."""
+    from grpo_lightning.rollout.sampler import counter_uniforms
+
+    rng = random.Random(0)
+    for _ in range(20):
+        seeds = torch.tensor([rng.randrange(-(2**63), 2**63) for _ in range(rng.randint(1, 9))], dtype=torch.int64)
+        counters = torch.tensor(sorted(rng.sample(range(10**6), rng.randint(1, 12))), dtype=torch.int64)
+        batched = counter_uniforms(seeds, counters)
+        assert batched.shape == (len(seeds), len(counters))
+        for column, counter in enumerate(counters.tolist()):
+            assert torch.equal(batched[:, column], counter_uniforms(seeds, counter))
+    # A sampler drawing past the precomputed block (max_new_tokens) continues the same stream.
+    sampling = SamplingSettings(max_new_tokens=2)
+    sampler = SeededSampler([7, 8], sampling)
+    logits = torch.zeros(2, 50)
+    draws = [sampler.draw(logits)[0] for _ in range(4)]
+    reference = SeededSampler([7, 8], SamplingSettings(max_new_tokens=4))
+    assert all(torch.equal(a, reference.draw(logits)[0]) for a in draws)

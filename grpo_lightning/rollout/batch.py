@@ -65,16 +65,15 @@ class RolloutBatch:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Right-pad completions into ids, mask, finished flags and (if every one has them) logprobs."""
         width = max(1, max(len(c.token_ids) for c in completions))
-        ids = torch.full((len(completions), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(completions), width), dtype=torch.long)
+        # Padded as Python lists and converted once: a tensor per row costs more than the rows.
+        ids = torch.tensor([list(c.token_ids) + [pad_id] * (width - len(c.token_ids)) for c in completions], dtype=torch.long)
+        mask = torch.tensor([[1] * len(c.token_ids) + [0] * (width - len(c.token_ids)) for c in completions], dtype=torch.long)
         has_logprobs = all(c.logprobs is not None for c in completions)
-        logprobs = torch.zeros((len(completions), width)) if has_logprobs else None
-        for row, completion in enumerate(completions):
-            length = len(completion.token_ids)
-            ids[row, :length] = torch.tensor(completion.token_ids, dtype=torch.long)
-            mask[row, :length] = 1
-            if logprobs is not None:
-                logprobs[row, :length] = torch.tensor(completion.logprobs, dtype=torch.float32)
+        logprobs = None
+        if has_logprobs:
+            logprobs = torch.tensor(
+                [list(c.logprobs) + [0.0] * (width - len(c.logprobs)) for c in completions], dtype=torch.float32
+            )
         finished = torch.tensor([c.finished for c in completions], dtype=torch.bool)
         return ids, mask, finished, logprobs
 
@@ -82,10 +81,6 @@ class RolloutBatch:
     def pad_prompts(prompt_ids: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-pad prompts into ids and mask."""
         width = max(len(p) for p in prompt_ids)
-        ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
-        for row, prompt in enumerate(prompt_ids):
-            if prompt:
-                ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-                mask[row, width - len(prompt) :] = 1
+        ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompt_ids], dtype=torch.long)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], dtype=torch.long)
         return ids, mask

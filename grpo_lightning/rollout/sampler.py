@@ -39,15 +39,19 @@ def _logical_shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
     return (x >> bits) & ((1 << (64 - bits)) - 1)
 
 
-def counter_uniforms(seeds: torch.Tensor, counter: int) -> torch.Tensor:
+def counter_uniforms(seeds: torch.Tensor, counter: int | torch.Tensor) -> torch.Tensor:
     """Uniforms in [0, 1), one per seed: SplitMix64 of (seed, counter), vectorized.
 
     A counter-based stream: draw ``counter`` of sample i depends on seed i and the counter
     only, so a batch of any size costs a handful of tensor ops (no per-row generator) and a
     sample draws the same numbers whichever samples share its batch. int64 products wrap
-    modulo 2^64, which is what SplitMix64 needs.
+    modulo 2^64, which is what SplitMix64 needs. ``counter`` may be an int64 tensor [T] of
+    counters: then the result is [B, T], the same numbers as T separate calls.
     """
-    z = seeds + torch.full_like(seeds, counter + 1) * _GOLDEN
+    if isinstance(counter, torch.Tensor):
+        z = seeds[:, None] + (counter[None, :] + 1) * _GOLDEN
+    else:
+        z = seeds + torch.full_like(seeds, counter + 1) * _GOLDEN
     z = (z ^ _logical_shift_right(z, 30)) * _MIX1
     z = (z ^ _logical_shift_right(z, 27)) * _MIX2
     z = z ^ _logical_shift_right(z, 31)
@@ -65,12 +69,23 @@ class SeededSampler:
         self.seeds = torch.tensor(seeds, dtype=torch.int64)
         self.sampling = sampling
         self.position = 0
+        # Every uniform a rollout can draw, computed at once ([B, max_new_tokens], on the
+        # logits' device at the first draw): one vectorized hash instead of one per token.
+        self._uniforms: torch.Tensor | None = None
+
+    def _uniform(self, device: torch.device) -> torch.Tensor:
+        if self._uniforms is None:
+            counters = torch.arange(max(self.sampling.max_new_tokens, 1), dtype=torch.int64)
+            self._uniforms = counter_uniforms(self.seeds, counters).to(device)
+        if self.position < self._uniforms.shape[1]:
+            return self._uniforms[:, self.position]
+        return counter_uniforms(self.seeds, self.position).to(device)
 
     def draw(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Next tokens [B] and their log-probs [B] under the filtered distribution."""
         z = filter_logits(logits, self.sampling)
         log_probs = torch.log_softmax(z, dim=-1)
-        uniforms = counter_uniforms(self.seeds, self.position).to(logits.device)
+        uniforms = self._uniform(logits.device)
         self.position += 1
         cdf = log_probs.double().exp().cumsum(dim=-1)
         targets = (uniforms * cdf[:, -1]).unsqueeze(-1)
