@@ -1,4 +1,4 @@
-"""rollout.hf_decoder: the bare KV-cache loop draws exactly what model.generate draws."""
+"""rollout.hf_decoder: the bare KV-cache loop and the fused decoder draw exactly what model.generate draws."""
 
 from __future__ import annotations
 
@@ -14,17 +14,19 @@ def requests(tokenizer, rng: random.Random, count: int) -> list[GenerationReques
     return [GenerationRequest(tokenizer(p)["input_ids"], rng.randrange(2**62)) for p in prompts]
 
 
+@pytest.mark.parametrize("decoder", ["loop", "fused"])
 @pytest.mark.parametrize("sampling", [
     SamplingSettings(max_new_tokens=12),
     SamplingSettings(max_new_tokens=9, temperature=0.7, top_p=0.9, top_k=5),
     SamplingSettings(max_new_tokens=6, temperature=1e-6),  # greedy, as evaluation runs
 ])
-def test_loop_and_generate_draw_the_same_tokens_and_log_probs(policy, tokenizer, sampling):
+def test_loop_and_generate_draw_the_same_tokens_and_log_probs(policy, tokenizer, sampling, decoder):
     rng = random.Random(sampling.max_new_tokens)
     batch = requests(tokenizer, rng, 24)
-    loop = HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id, batch_size=10, decoder="loop")
+    loop = HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id, batch_size=10, decoder=decoder)
     generate = HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id, batch_size=10, decoder="generate")
     got, want = loop.generate(batch, sampling), generate.generate(batch, sampling)
+    assert loop.fused_checked is (True if decoder == "fused" else None)  # the fused decoder ran, checked
     assert [c.token_ids for c in got] == [c.token_ids for c in want]
     assert [c.finished for c in got] == [c.finished for c in want]
     for a, b in zip(got, want):

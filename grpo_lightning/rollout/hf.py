@@ -1,16 +1,22 @@
 """Rollouts with the policy's own Hugging Face model, each sample from its own seeded stream.
 
-Two decoders draw the same tokens from the same streams: ``loop`` (the default) is a bare
-KV-cache loop (prefill, then one forward per token, stopping when every sample has ended);
-``generate`` goes through ``model.generate`` with the draw made in a logits processor. On
-small models ``generate``'s per-token bookkeeping costs as much as the model itself: on the
-tiny policy the loop takes about half of ``generate``'s time per rollout. A sharded policy
-(FSDP) always uses ``generate``, whose ``synced_gpus`` keeps ranks stepping together.
+Three decoders draw the same tokens from the same streams: ``loop`` is a bare KV-cache loop
+(prefill, then one forward per token, stopping when every sample has ended); ``fused`` (the
+default) is that loop with the model's forward replaced by a fused prefill and one-token step
+over the model's own weights for Llama-family models (:mod:`grpo_lightning.rollout.fused_decode`;
+other models keep the forward); ``generate`` goes through ``model.generate`` with the draw
+made in a logits processor. On small models ``generate``'s per-token bookkeeping costs as much
+as the model itself: on the tiny policy the loop takes about half of ``generate``'s time per
+rollout, and the fused decoder under half of the loop's. A sharded policy (FSDP) always uses
+``generate``, whose ``synced_gpus`` keeps ranks stepping together.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from tqdm.auto import tqdm
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
@@ -19,6 +25,7 @@ from grpo_lightning.models.compile import eager_generation
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.sharding import is_sharded
 from grpo_lightning.rollout.engine import Completion, GenerationRequest, SamplingSettings
+from grpo_lightning.rollout.fused_decode import FUSED_CHECK_ATOL, FusedDecoder, fused_decode_support
 from grpo_lightning.rollout.sampler import SeededSampler
 
 
@@ -43,16 +50,79 @@ class _SampleInProcessor(LogitsProcessor):
         return forced.scatter(-1, tokens[:, None], 0.0)
 
 
+class _ForwardDecoder:
+    """Prefill and one-token steps through the model's own forward over a ``DynamicCache``."""
+
+    def __init__(self, model: PreTrainedModel, mask: torch.Tensor):
+        self.model, self.mask, self.cache = model, mask, DynamicCache()
+        self.position = (mask.cumsum(dim=1) - 1).clamp(min=0)
+
+    def prefill(self, prompt_ids: torch.Tensor) -> torch.Tensor:
+        logits = self.model(
+            input_ids=prompt_ids, attention_mask=self.mask, position_ids=self.position, past_key_values=self.cache,
+            use_cache=True, logits_to_keep=1,
+        ).logits[:, -1]
+        self.position = self.position[:, -1:]
+        return logits
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+        self.position = self.position + 1
+        return self.model(
+            input_ids=tokens[:, None], attention_mask=self.mask, position_ids=self.position,
+            past_key_values=self.cache, use_cache=True,
+        ).logits[:, -1]
+
+
+class _CheckedDecoder:
+    """The fused decoder beside the forward for the prefill and the first step of an engine's first
+    rollout: if their logits agree, the engine keeps the fused decoder; if not, it warns and
+    decodes with the forward from then on (this rollout included)."""
+
+    def __init__(self, engine: HFEngine, fused: FusedDecoder, forward: _ForwardDecoder):
+        self.engine, self.fused, self.forward = engine, fused, forward
+        self.active = None  # the decoder that goes on, once the first step was compared
+
+    def prefill(self, prompt_ids: torch.Tensor) -> torch.Tensor:
+        got, want = self.fused.prefill(prompt_ids), self.forward.prefill(prompt_ids)
+        return got if self._agree(got, want, "prefill") else want
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.active is not None:
+            return self.active.step(tokens)
+        got, want = self.fused.step(tokens), self.forward.step(tokens)
+        agree = self.engine.fused_checked is not False and self._agree(got, want, "first step")
+        self.engine.fused_checked = agree
+        self.active = self.fused if agree else self.forward
+        return got if agree else want
+
+    def _agree(self, got: torch.Tensor, want: torch.Tensor, where: str) -> bool:
+        difference = float((got - want).abs().max())
+        if difference <= FUSED_CHECK_ATOL:
+            return True
+        self.engine.fused_checked, self.active = False, self.forward
+        warnings.warn(
+            f"rollout.hf_decoder=fused: the fused decoder's {where} logits of {type(self.engine.model).__name__} "
+            f"differ from its forward's by {difference:.2e} (more than {FUSED_CHECK_ATOL}); decoding with the "
+            "model's forward from now on (rollout.hf_decoder=loop skips this check)",
+            stacklevel=3,
+        )
+        return False
+
+
 class HFEngine:
     """Generates with the policy itself (colocated: no weight sync is ever needed)."""
 
     def __init__(
         self, model: PreTrainedModel, pad_token_id: int, eos_token_id: int, batch_size: int = 64,
-        progress_min_tokens: int = 0, decoder: str = "loop",
+        progress_min_tokens: int = 0, decoder: str = "fused",
     ):
         if decoder not in HF_DECODERS:
             raise ValueError(f"rollout.hf_decoder={decoder!r} is not allowed; choose one of {list(HF_DECODERS)}")
         self.decoder = decoder
+        # decoder=fused: None until the fused decoder's first prefill and step were compared with
+        # the model's forward (or the model found unsupported), then whether it is used.
+        self.fused_checked: bool | None = None
         self.model = model
         self.pad_token_id = pad_token_id
         self.eos_token_id = eos_token_id
@@ -85,7 +155,7 @@ class HFEngine:
     def _generate_chunk(
         self, requests: list[GenerationRequest], sampling: SamplingSettings
     ) -> list[Completion]:
-        if self.decoder == "loop" and not is_sharded(self.model):
+        if self.decoder in ("loop", "fused") and not is_sharded(self.model):
             return self._decode_chunk(requests, sampling)
         device = next(self.model.parameters()).device
         prompt_ids, prompt_mask = RolloutBatch.pad_prompts([r.prompt_ids for r in requests], self.pad_token_id)
@@ -116,13 +186,8 @@ class HFEngine:
         prompt_ids, mask = prompt_ids.to(device), mask.to(device)
         sampler = SeededSampler([r.seed for r in requests], sampling)
         progress = self._progress(requests, sampling)
-        cache = DynamicCache()
-        position = (mask.cumsum(dim=1) - 1).clamp(min=0)
-        logits = self.model(
-            input_ids=prompt_ids, attention_mask=mask, position_ids=position, past_key_values=cache,
-            use_cache=True, logits_to_keep=1,
-        ).logits[:, -1]
-        position = position[:, -1:]
+        decoder = self._decoder(mask, sampling.max_new_tokens - 1)
+        logits = decoder.prefill(prompt_ids)
         ended = torch.zeros(len(requests), dtype=torch.bool, device=device)
         tokens, logprobs = [], []
         for step in range(sampling.max_new_tokens):
@@ -134,26 +199,30 @@ class HFEngine:
             progress.update()
             if step == sampling.max_new_tokens - 1 or bool(ended.all()):
                 break
-            mask, position = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1), position + 1
-            logits = self.model(
-                input_ids=token[:, None], attention_mask=mask, position_ids=position, past_key_values=cache,
-                use_cache=True,
-            ).logits[:, -1]
+            logits = decoder.step(token)
         progress.close()
         return self._completions(torch.stack(tokens, dim=1).cpu(), torch.stack(logprobs, dim=1))
+
+    def _decoder(self, mask: torch.Tensor, max_steps: int):
+        """The loop's decoder for left-padded prompts ``mask`` and up to ``max_steps`` steps after the
+        prefill: the model's forward, or (``decoder=fused``, where :func:`fused_decode_support`
+        allows it) the fused decoder, checked against the forward on its first rollout."""
+        forward = _ForwardDecoder(self.model, mask)
+        if self.decoder != "fused" or self.fused_checked is False:
+            return forward
+        unsupported = fused_decode_support(self.model, mask.shape[1] + max_steps)
+        if unsupported is not None:
+            rank_zero_info(f"rollout.hf_decoder=fused: decoding with the model's forward instead: {unsupported}")
+            self.fused_checked = False
+            return forward
+        fused = FusedDecoder(self.model, mask, max_steps)
+        return fused if self.fused_checked else _CheckedDecoder(self, fused, forward)
 
     def _completions(self, new_tokens: torch.Tensor, step_logprobs: torch.Tensor) -> list[Completion]:
         """Each row's tokens up to and including its EOS, with the log-probs they were drawn with."""
         completions = []
-        for row in range(new_tokens.shape[0]):
-            tokens = new_tokens[row].tolist()
+        for tokens, logprobs in zip(new_tokens.tolist(), step_logprobs.tolist()):
             finished = self.eos_token_id in tokens
             length = tokens.index(self.eos_token_id) + 1 if finished else len(tokens)
-            completions.append(
-                Completion(
-                    token_ids=tokens[:length],
-                    finished=finished,
-                    logprobs=step_logprobs[row, :length].tolist(),
-                )
-            )
+            completions.append(Completion(token_ids=tokens[:length], finished=finished, logprobs=logprobs[:length]))
         return completions
