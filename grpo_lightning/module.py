@@ -27,6 +27,7 @@ import copy
 import functools
 import math
 import warnings
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 
@@ -47,7 +48,7 @@ from grpo_lightning.algorithm import (
     tied_groups,
 )
 from grpo_lightning.algorithm.lr_schedule import lr_factor
-from grpo_lightning.algorithm.packing import pack_micro_batch
+from grpo_lightning.algorithm.packing import PackedMicroBatch
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.guards import NonFiniteCounters, NonFiniteTrainingError
@@ -267,7 +268,7 @@ class GRPOModule(L.LightningModule):
         for index, mb in enumerate(batches):
             logprobs = self.completion_log_probs(
                 self.policy, mb.input_ids, mb.attention_mask, mb.prompt_width, rollout.temperature, with_entropy=True,
-                entropy_grad=self.cfg.entropy_coef > 0,
+                entropy_grad=self.cfg.entropy_coef > 0, packed=lambda: mb.packed,
             )
             terms = micro_batch_loss(logprobs, mb, prepared, self.cfg)
             if record_old:
@@ -348,10 +349,14 @@ class GRPOModule(L.LightningModule):
     def completion_log_probs(
         self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
         prompt_width: int, temperature: float, with_entropy: bool = False, entropy_grad: bool = False,
+        packed: Callable[[], PackedMicroBatch] | None = None,
     ) -> TokenLogProbs:
         """Float32 log-probs [B, C] of the completion tokens (columns from ``prompt_width`` on),
-        packed without padding when ``algorithm.pack_sequences`` (:class:`CompletionLogProbs`)."""
-        return self.forward_pass(model, input_ids, attention_mask, prompt_width, temperature, with_entropy, entropy_grad)
+        packed without padding when ``algorithm.pack_sequences`` (:class:`CompletionLogProbs`;
+        ``packed`` returns the rows packed already)."""
+        return self.forward_pass(
+            model, input_ids, attention_mask, prompt_width, temperature, with_entropy, entropy_grad, packed=packed,
+        )
 
     def _micro_batches(self, rollout: RolloutBatch):
         """Row slices of ``micro_batch_size``, each trimmed of all-padding columns."""
@@ -386,7 +391,9 @@ class GRPOModule(L.LightningModule):
         logp = torch.zeros(shape, device=self.device)
         finite = torch.ones(shape, dtype=torch.bool, device=self.device)
         for mb in batches:
-            out = self.completion_log_probs(model, mb.input_ids, mb.attention_mask, mb.prompt_width, rollout.temperature)
+            out = self.completion_log_probs(
+                model, mb.input_ids, mb.attention_mask, mb.prompt_width, rollout.temperature, packed=lambda: mb.packed,
+            )
             logp[mb.rows, : mb.num_cols] = out.logp
             finite[mb.rows, : mb.num_cols] = out.finite
         return TokenLogProbs(logp=logp, entropy=None, finite=finite)
@@ -407,7 +414,7 @@ class GRPOModule(L.LightningModule):
     def _forward_shape(self, mb: MicroBatch) -> tuple[int, int]:
         """[rows, width] the decoder computes for ``mb``: packed when packing is on."""
         if self.cfg.pack_sequences and self.forward_pass.packing_verified is not False:
-            return tuple(pack_micro_batch(mb.input_ids, mb.attention_mask, mb.prompt_width).input_ids.shape)
+            return tuple(mb.packed.input_ids.shape)
         return tuple(mb.input_ids.shape)
 
     # ----------------------------------------------------------------------- ranks

@@ -133,3 +133,22 @@ def test_probe_passes_for_transformers_llama_and_training_runs_packed(policy, ro
     module.accumulate_gradients(rollout, module.prepare(rollout))
     assert module.forward_pass.packing_verified is True
     assert module.forward_pass.last_padding_share is not None
+
+
+def test_each_micro_batch_is_packed_once_for_all_its_passes(policy, rollout, monkeypatch):
+    """The checkpointing choice, the reference pass and the policy pass share one packing."""
+    from grpo_lightning.algorithm import packing
+
+    calls = []
+    real = packing.pack_micro_batch
+    monkeypatch.setattr(packing, "pack_micro_batch", lambda *a: calls.append(a) or real(*a))
+    import grpo_lightning.algorithm.objective as objective
+
+    monkeypatch.setattr(objective, "pack_micro_batch", packing.pack_micro_batch)
+    module = GRPOModule(copy.deepcopy(policy), AlgorithmConfig(beta=0.04, micro_batch_size=6), auto_checkpointing=True)
+    module.forward_pass.packing_verified = True  # the probe packs its own rows
+    prepared = module.prepare(rollout)
+    module._choose_checkpointing(prepared)
+    stats = module.accumulate_gradients(rollout, prepared)
+    assert stats.finite_loss
+    assert len(prepared.micro_batches) == 3 and len(calls) == 3

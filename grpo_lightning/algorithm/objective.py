@@ -16,6 +16,7 @@ Pure tensor math: no Lightning, no I/O. The module feeds it micro-batches and ba
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -24,6 +25,7 @@ from grpo_lightning.algorithm.aggregation import aggregate
 from grpo_lightning.algorithm.importance import ImportanceWeights, truncated_importance_weights
 from grpo_lightning.algorithm.kl import kl_estimate
 from grpo_lightning.algorithm.logprobs import TokenLogProbs
+from grpo_lightning.algorithm.packing import PackedMicroBatch, pack_micro_batch
 from grpo_lightning.algorithm.policy_loss import POLICY_LOSSES, PolicyLossInputs
 
 
@@ -45,6 +47,12 @@ class MicroBatch:
     @property
     def num_cols(self) -> int:
         return self.completion_mask.shape[1]
+
+    @cached_property
+    def packed(self) -> PackedMicroBatch:
+        """The rows packed without padding: computed once, shared by every pass over them
+        (the checkpointing choice, the reference, each optimization pass)."""
+        return pack_micro_batch(self.input_ids, self.attention_mask, self.prompt_width)
 
 
 @dataclass(frozen=True)

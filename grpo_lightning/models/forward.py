@@ -12,6 +12,7 @@ random sequences, and a model that fails it is run padded, with a warning.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -55,12 +56,14 @@ class CompletionLogProbs:
     def __call__(
         self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int,
         temperature: float, with_entropy: bool = False, entropy_grad: bool = False,
+        packed: Callable[[], PackedMicroBatch] | None = None,
     ) -> TokenLogProbs:
+        """``packed``, if given, returns these rows already packed (a micro-batch packs once for all its passes)."""
         if self.pack and self.packing_verified is None:
             self.packing_verified = self._probe(model)
         # A micro-batch without a completion token has nothing to pack (and no graph without one).
         if self.pack and self.packing_verified and bool(attention_mask[:, prompt_width:].any()):
-            packed = pack_micro_batch(input_ids, attention_mask, prompt_width)
+            packed = packed() if packed is not None else pack_micro_batch(input_ids, attention_mask, prompt_width)
             self.last_padding_share = packed.padding_share
             return self.packed(model, packed, temperature, with_entropy, entropy_grad)
         return self.padded(model, input_ids, attention_mask, prompt_width, temperature, with_entropy, entropy_grad)
