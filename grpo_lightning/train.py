@@ -75,7 +75,10 @@ def run(cfg: TrainConfig, logged_config: dict | None = None) -> dict[str, float]
         finish_logger(trainer)
     if built.checkpoints is not None and built.checkpoints.interrupted is not None:
         raise Interrupted(built.checkpoints.interrupted)
-    return {k: float(v) for k, v in trainer.logged_metrics.items()}
+    # The module and the health monitor write their step metrics to the loggers themselves.
+    health = built.health.last_metrics if built.health is not None else {}
+    logged = {k: float(v) for k, v in trainer.logged_metrics.items()}
+    return {**built.module.last_metrics, **health, **logged}
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")

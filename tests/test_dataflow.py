@@ -51,7 +51,10 @@ def test_a_plain_trainer_trains_and_validates_the_hand_assembled_pieces():
     assert trainer.global_step == 3
     assert any(not torch.equal(before[k], v) for k, v in module.policy.state_dict().items())
     assert module.last_step.rollout.num_sequences == 16
-    assert "reward/mean" in trainer.logged_metrics
+    # Every step metric is the module's last_metrics (and goes to the loggers); the ones callbacks
+    # monitor are also Lightning's callback metrics.
+    assert {"reward/mean", "reward/frac_zero_std", "policy/entropy", "completions/mean_length"} <= set(module.last_metrics)
+    assert float(trainer.callback_metrics["reward/mean"]) == pytest.approx(module.last_metrics["reward/mean"])
     assert 0.0 <= float(trainer.callback_metrics["val/accuracy"]) <= 1.0
     assert len(module.evaluator.last_samples) == 8
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 from grpo_lightning.config import HEALTH_CHECKS
 
 from conftest import fit, make_config
@@ -28,3 +30,23 @@ def test_ignored_check_does_not_run():
     run = fit(make_config(2, **{"health.diversity.action": "ignore"}))
     assert "diversity" not in {c.name for c in run.health.checks}
     assert not any(key.startswith("health/diversity/") for key in run.health.last_metrics)
+
+
+def test_step_metrics_reach_the_logger_every_n_steps_and_the_monitored_ones_reach_callbacks(tmp_path):
+    """The module writes its step metrics to the loggers itself (one row per logged step, every
+    trainer.log_every_n_steps), and gives Lightning's callback metrics the monitored ones."""
+    from grpo_lightning.module import CALLBACK_METRICS
+
+    cfg = make_config(4, **{"logger.kind": "csv", "trainer.output_dir": str(tmp_path), "trainer.log_every_n_steps": 2})
+    run = fit(cfg)
+    (file,) = tmp_path.rglob("metrics.csv")
+    rows = [r for r in csv.DictReader(file.open()) if r.get("reward/mean")]
+    assert [int(r["step"]) for r in rows] == [2, 4]
+    last = run.module.last_metrics
+    assert {"train/grad_norm", "policy/entropy", "completions/mean_length", "rollout/tokens_per_s"} <= set(last)
+    assert all(rows[-1][key] != "" for key in last)
+    assert float(rows[-1]["reward/mean"]) == pytest.approx(last["reward/mean"])
+    callback = run.fitted.callback_metrics
+    assert set(CALLBACK_METRICS) <= set(callback)
+    assert all(float(callback[key]) == pytest.approx(last[key]) for key in CALLBACK_METRICS)
+    assert {"reward/mean", "kl/mean"} <= set(run.fitted.progress_bar_metrics)

@@ -194,6 +194,6 @@ def test_constant_rewards_leave_the_weights_untouched_and_raise_the_no_signal_al
     after = run.module.policy.state_dict()
     assert all(torch.equal(captured["before"][k], after[k]) for k in after)
     assert torch.equal(run.module.last_step.advantages, torch.zeros_like(run.module.last_step.advantages))
-    assert float(run.fitted.logged_metrics["reward/frac_zero_std"]) == 1.0
+    assert float(run.module.last_metrics["reward/frac_zero_std"]) == 1.0
     alerts = run.health.alerts_for("reward_signal")
     assert alerts and "100% of the groups had zero reward std" in alerts[0].evidence

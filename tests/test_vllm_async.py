@@ -73,7 +73,7 @@ def test_async_training_with_importance_sampling_logs_the_mismatch(vllm_session,
     run = build_run(cfg, engine=vllm_session.engine)
     trainer = run.trainer(cfg, enable_progress_bar=False)
     trainer.fit(run.module, datamodule=run.datamodule)
-    metrics = trainer.logged_metrics
+    metrics = run.module.last_metrics
     assert float(metrics["rollout/staleness"]) == 1.0
     assert float(metrics["rollout/logp_diff_mean"]) > 1e-4  # one step off-policy at lr 1e-2
     assert 1.0 < float(metrics["rollout/is_ratio_max"])
