@@ -158,3 +158,15 @@ def test_a_lora_policy_keeps_the_forward(policy):
 def _support_under_autocast(model) -> str:
     with torch.autocast("cpu", dtype=torch.bfloat16):
         return fused_decode_support(model, 16)
+
+
+def test_the_fused_weights_are_built_once_per_rollout_and_not_kept(policy, tokenizer, monkeypatch):
+    """Copies of the weights: one per generate call (shared by its chunks), none held after it."""
+    built = []
+    real_init = fused_decode.FusedWeights.__init__
+    monkeypatch.setattr(fused_decode.FusedWeights, "__init__", lambda self, model: built.append(1) or real_init(self, model))
+    fused = engine(policy, tokenizer, "fused")  # chunks of 10 requests
+    for round in range(2):
+        fused.generate(requests(tokenizer, random.Random(round), 25), SamplingSettings(max_new_tokens=5))
+        assert len(built) == round + 1
+        assert fused._fused_weights is None

@@ -83,13 +83,14 @@ def _rms_norm(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
     return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
 
 
-class _FusedLayer:
-    """One decoder layer's weights, fused, and its KV cache [B, kv_heads, length, head_dim]."""
+class _LayerWeights:
+    """One decoder layer's weights, q/k/v and gate/up each fused into one matmul."""
 
-    def __init__(self, layer: nn.Module, batch: int, length: int):
+    def __init__(self, layer: nn.Module):
         attention = layer.self_attn
         q, k, v = (_weight_and_bias(p) for p in (attention.q_proj, attention.k_proj, attention.v_proj))
-        head_dim, kv_width = attention.head_dim, v[0].shape[0]
+        self.head_dim, kv_width = attention.head_dim, v[0].shape[0]
+        self.kv_heads = kv_width // self.head_dim
         qk = tuple(torch.cat(pair) for pair in zip(q, k))
         # One matmul gives q and k side by side (rotated together), then v.
         self.qkv_weight, self.qkv_bias = _fused_linear(qk, v)
@@ -98,9 +99,20 @@ class _FusedLayer:
         self.o_proj = (attention.o_proj.weight, attention.o_proj.bias)
         self.down_proj = (layer.mlp.down_proj.weight, layer.mlp.down_proj.bias)
         self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
-        weight = attention.q_proj.weight
-        self.keys = weight.new_zeros(batch, kv_width // head_dim, length, head_dim)
-        self.values = weight.new_zeros(batch, kv_width // head_dim, length, head_dim)
+
+
+class FusedWeights:
+    """A model's weights as the fused decoder reads them. The fused matmuls are copies (about
+    four fifths of the decoder's weights), so they are built once per rollout, after the
+    weights last changed, and shared by every chunk of it."""
+
+    def __init__(self, model: nn.Module):
+        config, base = model.config, model.model
+        self.layers = [_LayerWeights(layer) for layer in base.layers]
+        self.embedding, self.norm, self.head = base.embed_tokens.weight, base.norm, model.lm_head
+        self.rotary = base.rotary_emb
+        self.heads, self.kv_heads = config.num_attention_heads, self.layers[0].kv_heads
+        self.head_dim = self.layers[0].head_dim
 
 
 class FusedDecoder:
@@ -109,25 +121,26 @@ class FusedDecoder:
     ``prompt_mask`` [B, P] marks the real prompt tokens (left padding); a row's positions count
     its real tokens from 0, as the loop's forward does. ``prefill(prompt_ids)`` returns the
     logits [B, V] after each prompt; each ``step(tokens)`` (at most ``max_steps``) takes the
-    tokens [B] just drawn and returns the next logits.
+    tokens [B] just drawn and returns the next logits. ``weights``: the model's
+    :class:`FusedWeights` (built here if not given).
     """
 
-    def __init__(self, model: nn.Module, prompt_mask: torch.Tensor, max_steps: int):
-        config, base = model.config, model.model
+    def __init__(self, model: nn.Module, prompt_mask: torch.Tensor, max_steps: int, weights: FusedWeights | None = None):
+        self.weights = weights = weights if weights is not None else FusedWeights(model)
         batch, prefilled = prompt_mask.shape
         length = prefilled + max(max_steps, 0)
-        self.layers = [_FusedLayer(layer, batch, length) for layer in base.layers]
-        self.embedding, self.norm, self.head = base.embed_tokens.weight, base.norm, model.lm_head
-        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
-        self.head_dim = self.layers[0].keys.shape[-1]
-        self.scaling = self.head_dim**-0.5
+        reference = weights.embedding
+        cache_shape = (batch, weights.kv_heads, length, weights.head_dim)
+        self.keys = [reference.new_zeros(cache_shape) for _ in weights.layers]
+        self.values = [reference.new_zeros(cache_shape) for _ in weights.layers]
+        self.scaling = weights.head_dim**-0.5
         real = prompt_mask.bool()
-        self.prompt_positions = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)  # [B, P]
+        prompt_positions = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)  # [B, P]
         # Rotary angles of the prompt [B, P, 1, D] and of each row at each step [steps, B, 1, D],
         # from the model's own module.
-        steps = self.prompt_positions[:, -1:].T + torch.arange(1, max(max_steps, 0) + 1, device=real.device)[:, None]
-        self.prompt_cos, self.prompt_sin = (t[:, :, None] for t in base.rotary_emb(self.layers[0].keys, self.prompt_positions))
-        self.cos, self.sin = (t[:, :, None] for t in base.rotary_emb(self.layers[0].keys, steps))
+        steps = prompt_positions[:, -1:].T + torch.arange(1, max(max_steps, 0) + 1, device=real.device)[:, None]
+        self.prompt_cos, self.prompt_sin = (t[:, :, None] for t in weights.rotary(reference, prompt_positions))
+        self.cos, self.sin = (t[:, :, None] for t in weights.rotary(reference, steps))
         # Prefill bias [B, 1, 1, P, P]: causal over the row's real tokens; a padding position
         # sees itself only (its output is never read, and a fully masked row would be NaN).
         causal = torch.ones(prefilled, prefilled, dtype=torch.bool, device=real.device).tril()
@@ -138,36 +151,38 @@ class FusedDecoder:
         self.bias[..., :prefilled].masked_fill_(real[:, None, None, :], 0.0)
         self.prefilled, self.written, self.max_steps = prefilled, prefilled, max_steps
 
-    def _attention_block(self, layer: _FusedLayer, hidden: torch.Tensor, cos, sin, slots: slice, bias) -> torch.Tensor:
-        """hidden [B, n, hidden] -> after the attention and MLP of ``layer``; its keys and values
-        go to cache ``slots`` (n of them), and its queries attend to the cache up to their end."""
+    def _layer(self, index: int, hidden: torch.Tensor, cos, sin, slots: slice, bias) -> torch.Tensor:
+        """hidden [B, n, hidden] through decoder layer ``index``: its keys and values go to cache
+        ``slots`` (n of them), its queries attend to the cache up to their end."""
+        w, keys, values = self.weights.layers[index], self.keys[index], self.values[index]
+        heads, kv_heads, head_dim = self.weights.heads, w.kv_heads, w.head_dim
         batch, n = hidden.shape[:2]
-        groups = self.heads // self.kv_heads
-        qk, v = F.linear(_rms_norm(hidden, layer.input_norm), layer.qkv_weight, layer.qkv_bias).split(layer.split, -1)
+        half, groups = head_dim // 2, heads // kv_heads
+        qk, v = F.linear(_rms_norm(hidden, w.input_norm), w.qkv_weight, w.qkv_bias).split(w.split, -1)
         # [B, n, heads + kv_heads, D], rotary: x cos + rotate_half(x) sin
-        qk = qk.view(batch, n, -1, self.head_dim)
-        half = self.head_dim // 2
+        qk = qk.view(batch, n, -1, head_dim)
         qk = qk * cos + torch.cat([-qk[..., half:], qk[..., :half]], dim=-1) * sin
-        layer.keys[:, :, slots] = qk[:, :, self.heads :].transpose(1, 2)
-        layer.values[:, :, slots] = v.view(batch, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        keys[:, :, slots] = qk[:, :, heads:].transpose(1, 2)
+        values[:, :, slots] = v.view(batch, n, kv_heads, head_dim).transpose(1, 2)
         # [B, kv_heads, groups, n, D]: the query heads that share a key/value head side by side.
-        q = qk[:, :, : self.heads].view(batch, n, self.kv_heads, groups, self.head_dim).permute(0, 2, 3, 1, 4)
-        keys, values = layer.keys[:, :, None, : slots.stop], layer.values[:, :, None, : slots.stop]
+        q = qk[:, :, :heads].view(batch, n, kv_heads, groups, head_dim).permute(0, 2, 3, 1, 4)
+        keys, values = keys[:, :, None, : slots.stop], values[:, :, None, : slots.stop]
         scores = torch.matmul(q, keys.transpose(-1, -2)) * self.scaling + bias  # [B, kv_heads, groups, n, slots]
         attended = torch.matmul(torch.softmax(scores, dim=-1), values)  # [B, kv_heads, groups, n, D]
-        hidden = hidden + F.linear(attended.permute(0, 3, 1, 2, 4).reshape(batch, n, -1), *layer.o_proj)
-        gate, up = F.linear(_rms_norm(hidden, layer.post_norm), layer.gate_up_weight, layer.gate_up_bias).chunk(2, -1)
-        return hidden + F.linear(F.silu(gate) * up, *layer.down_proj)
+        hidden = hidden + F.linear(attended.permute(0, 3, 1, 2, 4).reshape(batch, n, -1), *w.o_proj)
+        gate, up = F.linear(_rms_norm(hidden, w.post_norm), w.gate_up_weight, w.gate_up_bias).chunk(2, -1)
+        return hidden + F.linear(F.silu(gate) * up, *w.down_proj)
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(_rms_norm(hidden, self.norm), self.head.weight, self.head.bias)
+        head = self.weights.head
+        return F.linear(_rms_norm(hidden, self.weights.norm), head.weight, head.bias)
 
     @torch.no_grad()
     def prefill(self, prompt_ids: torch.Tensor) -> torch.Tensor:
-        hidden = F.embedding(prompt_ids, self.embedding)  # [B, P, hidden]
+        hidden = F.embedding(prompt_ids, self.weights.embedding)  # [B, P, hidden]
         slots = slice(0, self.prefilled)
-        for layer in self.layers:
-            hidden = self._attention_block(layer, hidden, self.prompt_cos, self.prompt_sin, slots, self.prompt_bias)
+        for index in range(len(self.weights.layers)):
+            hidden = self._layer(index, hidden, self.prompt_cos, self.prompt_sin, slots, self.prompt_bias)
         return self._logits(hidden[:, -1])
 
     @torch.no_grad()
@@ -177,8 +192,9 @@ class FusedDecoder:
         slot, step = self.written, self.written - self.prefilled
         self.bias[..., slot] = 0.0
         bias = self.bias[..., None, : slot + 1]  # [B, 1, 1, 1, slots]
-        hidden = F.embedding(tokens, self.embedding)[:, None]  # [B, 1, hidden]
-        for layer in self.layers:
-            hidden = self._attention_block(layer, hidden, self.cos[step][:, None], self.sin[step][:, None], slice(slot, slot + 1), bias)
+        cos, sin = self.cos[step][:, None], self.sin[step][:, None]  # [B, 1, 1, D]
+        hidden = F.embedding(tokens, self.weights.embedding)[:, None]  # [B, 1, hidden]
+        for index in range(len(self.weights.layers)):
+            hidden = self._layer(index, hidden, cos, sin, slice(slot, slot + 1), bias)
         self.written += 1
         return self._logits(hidden[:, 0])

@@ -25,7 +25,7 @@ from grpo_lightning.models.compile import eager_generation
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.sharding import is_sharded
 from grpo_lightning.rollout.engine import Completion, GenerationRequest, SamplingSettings
-from grpo_lightning.rollout.fused_decode import FUSED_CHECK_ATOL, FusedDecoder, fused_decode_support
+from grpo_lightning.rollout.fused_decode import FUSED_CHECK_ATOL, FusedDecoder, FusedWeights, fused_decode_support
 from grpo_lightning.rollout.sampler import SeededSampler
 
 
@@ -123,6 +123,7 @@ class HFEngine:
         # decoder=fused: None until the fused decoder's first prefill and step were compared with
         # the model's forward (or the model found unsupported), then whether it is used.
         self.fused_checked: bool | None = None
+        self._fused_weights: FusedWeights | None = None  # the policy's, during one generate call
         self.model = model
         self.pad_token_id = pad_token_id
         self.eos_token_id = eos_token_id
@@ -143,6 +144,7 @@ class HFEngine:
                     completions.extend(self._generate_chunk(requests[start : start + self.batch_size], sampling))
             return completions
         finally:
+            self._fused_weights = None  # copies of weights that change with the next optimizer step
             self.model.train(was_training)
 
     def _progress(self, requests: list[GenerationRequest], sampling: SamplingSettings):
@@ -215,7 +217,9 @@ class HFEngine:
             rank_zero_info(f"rollout.hf_decoder=fused: decoding with the model's forward instead: {unsupported}")
             self.fused_checked = False
             return forward
-        fused = FusedDecoder(self.model, mask, max_steps)
+        if self._fused_weights is None:  # once per generate call: every chunk decodes with the same weights
+            self._fused_weights = FusedWeights(self.model)
+        fused = FusedDecoder(self.model, mask, max_steps, self._fused_weights)
         return fused if self.fused_checked else _CheckedDecoder(self, fused, forward)
 
     def _completions(self, new_tokens: torch.Tensor, step_logprobs: torch.Tensor) -> list[Completion]:
