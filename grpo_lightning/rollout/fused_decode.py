@@ -83,6 +83,15 @@ def _rms_norm(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
     return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
 
 
+def _rotary_pairs_adjacent(tensor: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Rows of a q or k projection (weight or bias) reordered within each head from Llama's
+    [first halves, second halves] to [x_0, x_half, x_1, x_half+1, ...]: each pair the rotary
+    embedding rotates together becomes adjacent, so that it is one complex multiplication.
+    Queries and keys are reordered alike, which leaves every attention score unchanged."""
+    heads = tensor.reshape(-1, 2, head_dim // 2, *tensor.shape[1:])
+    return heads.transpose(1, 2).reshape(tensor.shape)
+
+
 class _LayerWeights:
     """One decoder layer's weights, q/k/v and gate/up each fused into one matmul."""
 
@@ -91,7 +100,7 @@ class _LayerWeights:
         q, k, v = (_weight_and_bias(p) for p in (attention.q_proj, attention.k_proj, attention.v_proj))
         self.head_dim, kv_width = attention.head_dim, v[0].shape[0]
         self.kv_heads = kv_width // self.head_dim
-        qk = tuple(torch.cat(pair) for pair in zip(q, k))
+        qk = tuple(_rotary_pairs_adjacent(torch.cat(pair), self.head_dim) for pair in zip(q, k))
         # One matmul gives q and k side by side (rotated together), then v.
         self.qkv_weight, self.qkv_bias = _fused_linear(qk, v)
         self.split = [qk[0].shape[0], kv_width]
@@ -136,11 +145,11 @@ class FusedDecoder:
         self.scaling = weights.head_dim**-0.5
         real = prompt_mask.bool()
         prompt_positions = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)  # [B, P]
-        # Rotary angles of the prompt [B, P, 1, D] and of each row at each step [steps, B, 1, D],
-        # from the model's own module.
+        # Rotations (cos + i sin, the rotary embedding's angles from the model's own module) of the
+        # prompt [B, P, 1, D / 2] and of each row at each step [steps, B, 1, D / 2].
         steps = prompt_positions[:, -1:].T + torch.arange(1, max(max_steps, 0) + 1, device=real.device)[:, None]
-        self.prompt_cos, self.prompt_sin = (t[:, :, None] for t in weights.rotary(reference, prompt_positions))
-        self.cos, self.sin = (t[:, :, None] for t in weights.rotary(reference, steps))
+        self.prompt_rotation = self._rotation(weights.rotary(reference, prompt_positions))
+        self.rotation = self._rotation(weights.rotary(reference, steps))
         # Prefill bias [B, 1, 1, P, P]: causal over the row's real tokens; a padding position
         # sees itself only (its output is never read, and a fully masked row would be NaN).
         causal = torch.ones(prefilled, prefilled, dtype=torch.bool, device=real.device).tril()
@@ -151,17 +160,23 @@ class FusedDecoder:
         self.bias[..., :prefilled].masked_fill_(real[:, None, None, :], 0.0)
         self.prefilled, self.written, self.max_steps = prefilled, prefilled, max_steps
 
-    def _layer(self, index: int, hidden: torch.Tensor, cos, sin, slots: slice, bias) -> torch.Tensor:
+    @staticmethod
+    def _rotation(cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        cos, sin = cos_sin  # [..., D]: each angle twice (Llama's halves)
+        half = cos.shape[-1] // 2
+        return torch.complex(cos[..., :half], sin[..., :half])[:, :, None]
+
+    def _layer(self, index: int, hidden: torch.Tensor, rotation: torch.Tensor, slots: slice, bias) -> torch.Tensor:
         """hidden [B, n, hidden] through decoder layer ``index``: its keys and values go to cache
         ``slots`` (n of them), its queries attend to the cache up to their end."""
         w, keys, values = self.weights.layers[index], self.keys[index], self.values[index]
         heads, kv_heads, head_dim = self.weights.heads, w.kv_heads, w.head_dim
         batch, n = hidden.shape[:2]
-        half, groups = head_dim // 2, heads // kv_heads
+        groups = heads // kv_heads
         qk, v = F.linear(_rms_norm(hidden, w.input_norm), w.qkv_weight, w.qkv_bias).split(w.split, -1)
-        # [B, n, heads + kv_heads, D], rotary: x cos + rotate_half(x) sin
-        qk = qk.view(batch, n, -1, head_dim)
-        qk = qk * cos + torch.cat([-qk[..., half:], qk[..., :half]], dim=-1) * sin
+        # [B, n, heads + kv_heads, D]: the rotary embedding, each adjacent pair times cos + i sin.
+        pairs = torch.view_as_complex(qk.view(batch, n, -1, head_dim // 2, 2))
+        qk = torch.view_as_real(pairs * rotation).view(batch, n, -1, head_dim)
         keys[:, :, slots] = qk[:, :, heads:].transpose(1, 2)
         values[:, :, slots] = v.view(batch, n, kv_heads, head_dim).transpose(1, 2)
         # [B, kv_heads, groups, n, D]: the query heads that share a key/value head side by side.
@@ -182,7 +197,7 @@ class FusedDecoder:
         hidden = F.embedding(prompt_ids, self.weights.embedding)  # [B, P, hidden]
         slots = slice(0, self.prefilled)
         for index in range(len(self.weights.layers)):
-            hidden = self._layer(index, hidden, self.prompt_cos, self.prompt_sin, slots, self.prompt_bias)
+            hidden = self._layer(index, hidden, self.prompt_rotation, slots, self.prompt_bias)
         return self._logits(hidden[:, -1])
 
     @torch.no_grad()
@@ -192,9 +207,9 @@ class FusedDecoder:
         slot, step = self.written, self.written - self.prefilled
         self.bias[..., slot] = 0.0
         bias = self.bias[..., None, : slot + 1]  # [B, 1, 1, 1, slots]
-        cos, sin = self.cos[step][:, None], self.sin[step][:, None]  # [B, 1, 1, D]
+        rotation = self.rotation[step][:, None]  # [B, 1, 1, D / 2]
         hidden = F.embedding(tokens, self.weights.embedding)[:, None]  # [B, 1, hidden]
         for index in range(len(self.weights.layers)):
-            hidden = self._layer(index, hidden, cos, sin, slice(slot, slot + 1), bias)
+            hidden = self._layer(index, hidden, rotation, slice(slot, slot + 1), bias)
         self.written += 1
         return self._logits(hidden[:, 0])
