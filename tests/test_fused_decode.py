@@ -170,3 +170,13 @@ def test_the_fused_weights_are_built_once_per_rollout_and_not_kept(policy, token
         fused.generate(requests(tokenizer, random.Random(round), 25), SamplingSettings(max_new_tokens=5))
         assert len(built) == round + 1
         assert fused._fused_weights is None
+
+
+def test_a_model_whose_fused_weights_would_be_large_keeps_the_forward(monkeypatch):
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=2))
+    copied = 2 * 4 * (3 * 64 * 64 + 2 * 128 * 64)  # q, k, v and gate, up of 2 layers, float32
+    monkeypatch.setattr(fused_decode, "FUSED_MAX_COPY_BYTES", copied)
+    assert fused_decode_support(model, 16) is None
+    monkeypatch.setattr(fused_decode, "FUSED_MAX_COPY_BYTES", copied - 1)
+    assert "would copy 0 MiB per rollout" in fused_decode_support(model, 16)

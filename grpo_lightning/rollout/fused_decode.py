@@ -10,7 +10,8 @@ q and k in one pass with angles computed once per rollout by the model's own rot
 and a preallocated KV cache: about 0.5 ms a token there (a rollout in 0.45 of the loop's
 time), and the prefill in two thirds of the forward's.
 
-It covers the architectures whose decoder is exactly Llama's (``FUSED_ARCHITECTURES``):
+It covers small models (``FUSED_MAX_COPY_BYTES``: on larger ones a step is bound by its
+matmuls and the forward is as fast) whose decoder is exactly Llama's (``FUSED_ARCHITECTURES``):
 RMSNorm, rotary position embeddings with static angles, a SiLU-gated MLP, grouped-query
 attention, optional projection biases, float32 weights, no autocast. Anything else (a LoRA
 policy, a sliding window shorter than the rollout, 16-bit weights or autocast, a rotary type
@@ -31,6 +32,11 @@ FUSED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausal
 STATIC_ROPE_TYPES = ("default", "linear", "llama3")
 # Max |fused - forward| logit difference the engine's check accepts (float32 rounding: ~1e-6).
 FUSED_CHECK_ATOL = 1e-4
+# The fused q/k/v and gate/up matmuls are copies of about four fifths of the decoder's weights,
+# made once per rollout. Above this size a decode step is bound by its matmuls, where the fused
+# decoder saves nothing (SmolLM2-135M: 140 ms a step either way, for a 280 MB copy), so larger
+# models keep the forward.
+FUSED_MAX_COPY_BYTES = 64 * 2**20
 
 
 def fused_decode_support(model: nn.Module, total_length: int) -> str | None:
@@ -53,6 +59,12 @@ def fused_decode_support(model: nn.Module, total_length: int) -> str | None:
             return "its projections are not plain nn.Linear layers (LoRA adapters, quantized weights)"
     if any(p.dtype != torch.float32 for p in model.parameters()):
         return "its weights are not float32"
+    copied = sum(p.weight.numel() * p.weight.element_size() for layer in model.model.layers for p in _fused_projections(layer))
+    if copied > FUSED_MAX_COPY_BYTES:
+        return (
+            f"its fused weights would copy {copied / 2**20:.0f} MiB per rollout (more than "
+            f"{FUSED_MAX_COPY_BYTES / 2**20:.0f}): a model this size decodes at its matmuls' speed either way"
+        )
     if torch.is_autocast_enabled(model.device.type):
         return "autocast is on (trainer.precision=*-mixed)"
     return None
@@ -65,6 +77,12 @@ def _attention_projections(layer: nn.Module) -> list[nn.Linear]:
 
 def _mlp_projections(layer: nn.Module) -> list[nn.Linear]:
     return [layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj]
+
+
+def _fused_projections(layer: nn.Module) -> list[nn.Linear]:
+    """The projections whose weights the fused decoder copies into its fused matmuls."""
+    attention = layer.self_attn
+    return [attention.q_proj, attention.k_proj, attention.v_proj, layer.mlp.gate_proj, layer.mlp.up_proj]
 
 
 def _weight_and_bias(layer: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,11 +168,13 @@ class FusedDecoder:
         steps = prompt_positions[:, -1:].T + torch.arange(1, max(max_steps, 0) + 1, device=real.device)[:, None]
         self.prompt_rotation = self._rotation(weights.rotary(reference, prompt_positions))
         self.rotation = self._rotation(weights.rotary(reference, steps))
-        # Prefill bias [B, 1, 1, P, P]: causal over the row's real tokens; a padding position
+        # Prefill bias: causal over the row's real tokens; a padding position
         # sees itself only (its output is never read, and a fully masked row would be NaN).
         causal = torch.ones(prefilled, prefilled, dtype=torch.bool, device=real.device).tril()
         allowed = (causal & real[:, None, :]) | torch.eye(prefilled, dtype=torch.bool, device=real.device)
-        self.prompt_bias = torch.zeros(allowed.shape, device=real.device).masked_fill_(~allowed, float("-inf"))[:, None, None]
+        bias = torch.zeros(allowed.shape, device=real.device).masked_fill_(~allowed, float("-inf"))
+        groups = weights.heads // weights.kv_heads
+        self.prompt_bias = bias.repeat(1, groups, 1)[:, None]  # [B, 1, groups x P, P]: the query rows of _layer
         # Decode bias over the cache [B, 1, 1, length]: padding and not-yet-written slots are -inf.
         self.bias = torch.full((batch, 1, 1, length), float("-inf"), device=real.device)
         self.bias[..., :prefilled].masked_fill_(real[:, None, None, :], 0.0)
@@ -180,10 +200,13 @@ class FusedDecoder:
         keys[:, :, slots] = qk[:, :, heads:].transpose(1, 2)
         values[:, :, slots] = v.view(batch, n, kv_heads, head_dim).transpose(1, 2)
         # [B, kv_heads, groups, n, D]: the query heads that share a key/value head side by side.
+        # [B, kv_heads, groups x n, D]: the query heads that share a key/value head as rows of one
+        # matrix, so that the cache is read in place (a broadcast over groups would copy it).
         q = qk[:, :, :heads].view(batch, n, kv_heads, groups, head_dim).permute(0, 2, 3, 1, 4)
-        keys, values = keys[:, :, None, : slots.stop], values[:, :, None, : slots.stop]
-        scores = torch.matmul(q, keys.transpose(-1, -2)) * self.scaling + bias  # [B, kv_heads, groups, n, slots]
-        attended = torch.matmul(torch.softmax(scores, dim=-1), values)  # [B, kv_heads, groups, n, D]
+        q = q.reshape(batch, kv_heads, groups * n, head_dim)
+        keys, values = keys[:, :, : slots.stop], values[:, :, : slots.stop]
+        scores = torch.matmul(q, keys.transpose(-1, -2)) * self.scaling + bias  # [B, kv_heads, groups x n, slots]
+        attended = torch.matmul(torch.softmax(scores, dim=-1), values).view(batch, kv_heads, groups, n, head_dim)
         hidden = hidden + F.linear(attended.permute(0, 3, 1, 2, 4).reshape(batch, n, -1), *w.o_proj)
         gate, up = F.linear(_rms_norm(hidden, w.post_norm), w.gate_up_weight, w.gate_up_bias).chunk(2, -1)
         return hidden + F.linear(F.silu(gate) * up, *w.down_proj)
@@ -206,7 +229,7 @@ class FusedDecoder:
             raise RuntimeError(f"FusedDecoder: called more than the {self.max_steps} steps its cache holds")
         slot, step = self.written, self.written - self.prefilled
         self.bias[..., slot] = 0.0
-        bias = self.bias[..., None, : slot + 1]  # [B, 1, 1, 1, slots]
+        bias = self.bias[..., : slot + 1]  # [B, 1, 1, slots]
         rotation = self.rotation[step][:, None]  # [B, 1, 1, D / 2]
         hidden = F.embedding(tokens, self.weights.embedding)[:, None]  # [B, 1, hidden]
         for index in range(len(self.weights.layers)):
