@@ -1,11 +1,13 @@
-"""Rollout throughput and async gain: HF ``generate`` vs vLLM (in process, and a server) on the tiny policy or SmolLM2.
+"""Rollout throughput and async gain: the HF engine's decoders vs vLLM (in process, and a server) on the tiny policy or SmolLM2.
 
 Baselines, all on the same machine and the same policy (tiny in-code Llama, float32):
 
-1. rollout tokens/s for one generation batch of 32 prompts x 8 samples x 64 new tokens,
-   HF engine (per-sample seeded sampling inside ``generate``) vs the vLLM engine (one seeded
-   request per sample), same prompts and seeds; a warm-up batch each, then the median of
-   ``--repeats`` batches, the two engines interleaved so machine load hits both alike;
+1. rollout tokens/s for one generation batch of 32 prompts x 8 samples x 64 new tokens: the
+   HF engine with each of ``--decoders`` (``rollout.hf_decoder``: ``fused``, the default;
+   ``loop``, the same loop over the model's forward; ``generate``, per-sample seeded sampling
+   inside ``model.generate``) vs the vLLM engine (one seeded request per sample), same prompts
+   and seeds; a warm-up batch each, then the median of ``--repeats`` batches, the engines
+   interleaved so machine load hits all alike;
    With ``--server`` a launched vLLM server (``rollout.vllm.server.launch``, the engine every
    rank shares under DDP) is measured the same way, requests sent concurrently;
 2. the vLLM engine's start time (folder written, ``LLM`` built) and the seconds of one
@@ -109,6 +111,7 @@ def main() -> None:
     parser.add_argument("--out-of-process", action="store_true", help="run vLLM's engine core in its own process (weights synced through a safetensors folder)")
     parser.add_argument("--server", action="store_true", help="also measure a launched vLLM server (the engine shared by DDP ranks)")
     parser.add_argument("--model", default="tiny", help="model.name_or_path: tiny, smollm2_135m or a local folder")
+    parser.add_argument("--decoders", nargs="+", default=["fused", "loop", "generate"], help="HF engine decoders to measure")
     parser.add_argument("--no-train", action="store_true", help="skip the sync vs async step-time runs")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -122,11 +125,15 @@ def main() -> None:
     sampling = SamplingSettings(max_new_tokens=args.tokens, temperature=1.0)
     results: dict[str, float] = {}
 
-    hf = HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id, batch_size=args.prompts * args.samples)
+    engines: dict = {
+        f"hf_{decoder}": HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id,
+                                  batch_size=args.prompts * args.samples, decoder=decoder)
+        for decoder in args.decoders
+    }
     start = time.perf_counter()
     engine = VLLMEngine.from_policy(policy, tokenizer, VLLMSettings(max_model_len=max_len, in_process=not args.out_of_process))
     results["vllm_start_seconds"] = time.perf_counter() - start
-    engines = {"hf": hf, "vllm": engine}
+    engines["vllm"] = engine
     if args.server:
         from grpo_lightning.rollout.vllm_server import ServerSettings, VLLMServerEngine
 

@@ -10,10 +10,12 @@ with no trainer around it:
 3. train: one forward with gradient (checkpointed) plus the backward;
 4. optimizer: gradient clipping and one AdamW step.
 
-The sum is a floor for the whole step of either trainer. Read next to the latest
-``benchmarks/results/trl_vs_ours_<setting>.json`` it says how far below TRL's step any
-trainer using this model implementation can go: when the floor is above half of TRL's step,
-a target of "half of TRL's step" cannot be met by trimming trainer overhead alone.
+The sum is a floor for the whole step of either trainer that runs this model's own forward
+(our fused decoder, ``rollout.hf_decoder=fused``, decodes below it). Read next to the
+identical-settings table of the latest ``benchmarks/results/trl_vs_ours_<setting>.json`` it
+says how far below TRL's step any trainer using this model implementation can go: when the
+floor is above half of TRL's step, a target of "half of TRL's step" cannot be met by trimming
+trainer overhead alone.
 
     python benchmarks/step_floor.py --setting tiny [--repeats 30]
     python benchmarks/step_floor.py --setting smollm2 --model-dir DIR --repeats 3
@@ -130,9 +132,10 @@ def main() -> None:
     print(f"  {'floor':<10} {1000 * total:7.1f} ms")
     result = {"setting": args.setting, "floor_ms": {k: 1000 * v for k, v in floor.items()}, "floor_total_ms": 1000 * total}
     if Path(args.results).exists():
-        measured = json.loads(Path(args.results).read_text())["results"]
+        # The identical-settings table: checkpointing on and the model's own forward, as the floor.
+        measured = json.loads(Path(args.results).read_text())["tables"]["identical"]["results"]
         ours, trl = measured["ours"]["median_step_s"], measured["trl"]["median_step_s"]
-        print(f"from {args.results}: ours {1000 * ours:.1f} ms, TRL {1000 * trl:.1f} ms per step")
+        print(f"from {args.results} (identical settings): ours {1000 * ours:.1f} ms, TRL {1000 * trl:.1f} ms per step")
         print(f"floor / TRL = {total / trl:.2f}   ours / TRL = {ours / trl:.2f}   "
               f"ours above the floor: {1000 * (ours - total):.1f} ms, TRL above it: {1000 * (trl - total):.1f} ms")
         result.update({"ours_ms": 1000 * ours, "trl_ms": 1000 * trl, "floor_over_trl": total / trl})

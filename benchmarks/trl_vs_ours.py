@@ -14,17 +14,23 @@ Two tables (``--tables``):
 - ``fastest``: each trainer at the fastest configuration this machine supports for the same
   algorithm and batch. Ours: checkpointing ``auto`` (off here: the activations fit) and the
   faster rollout engine for the setting (``fastest_engine``: the in-process vLLM engine on
-  SmolLM2; on the tiny model the policy's own bare KV-cache loop, ``rollout.hf_decoder=loop``).
-  TRL: checkpointing off; with ``--trl-vllm`` also its
+  SmolLM2; on the tiny model the policy's own KV-cache loop with the fused decode step,
+  ``rollout.hf_decoder=fused``). TRL: checkpointing off; with ``--trl-vllm`` also its
   colocated vLLM mode (``use_vllm=True, vllm_mode="colocate"``), which the script tries and,
-  when it cannot run, reports why and leaves out.
+  when it cannot run, reports why and leaves out. Both in the same precision
+  (``--fastest-precision``): bfloat16 autocast over float32 weights (TRL ``bf16=True``; ours
+  ``trainer.precision=bf16-mixed`` and a bfloat16 vLLM engine) where this machine's one-thread
+  bfloat16 matmul is at least ``BF16_MIN_SPEEDUP`` times its float32 one (measured at the
+  start of the run: CPUs with AVX512-BF16 or AMX), else float32. The tiny model stays float32:
+  its step is bound by per-op overhead, which autocast's casts only add to.
 
 The trainers alternate ``--repeats`` times, each run in a fresh subprocess so that peak RSS
-is its own. Reported per trainer: median step time (first ``--warmup`` steps dropped),
-completion tokens per second through the whole step, the share of the step spent
-generating, peak RSS; then ours / TRL's. For our runs also: the padding share of the
-micro-batches padded vs packed, and the training phase (step minus generation) in
-achieved GFLOP/s next to the fp32 matmul rate of one core measured in the same run.
+is its own. Reported per trainer: median step time (each step from its start to the next
+one's, so that callbacks and logging count; first ``--warmup`` steps dropped), completion
+tokens per second through the whole step, the share of the step spent generating, peak RSS;
+then ours / TRL's. For our runs also: the padding share of the micro-batches padded vs
+packed, and the training phase (step minus generation) in achieved GFLOP/s next to the
+one-thread matmul rate of the table's precision, measured at the start of the run.
 
     make bench-trl                       # creates .venv-bench (TRL + this package), runs this
     .venv-bench/bin/python benchmarks/trl_vs_ours.py --setting tiny
@@ -51,12 +57,18 @@ import time
 from pathlib import Path
 
 SETTINGS = {
-    "tiny": dict(prompts=8, generations=8, max_tokens=32, steps=30, prompts_from="arithmetic", fastest_engine="hf"),
-    "smollm2": dict(prompts=4, generations=8, max_tokens=64, steps=5, prompts_from="arithmetic", fastest_engine="vllm"),
+    "tiny": dict(prompts=8, generations=8, max_tokens=32, steps=30, prompts_from="arithmetic", fastest_engine="hf",
+                 fastest_precision="fp32"),
+    "smollm2": dict(prompts=4, generations=8, max_tokens=64, steps=5, prompts_from="arithmetic", fastest_engine="vllm",
+                    fastest_precision="auto"),
     # lr 2e-5 (the recipe's): at the other settings' 3e-4 SmolLM2 collapses within a step or two to
     # near-empty answers in one trainer and not the other, and the step times compare different lengths.
-    "smollm2_rg": dict(prompts=4, generations=8, max_tokens=128, steps=4, prompts_from="reasoning_gym", fastest_engine="vllm", lr=2e-5),
+    "smollm2_rg": dict(prompts=4, generations=8, max_tokens=128, steps=4, prompts_from="reasoning_gym", fastest_engine="vllm",
+                       fastest_precision="auto", lr=2e-5),
 }
+# fastest_precision "auto": bfloat16 autocast for both trainers where a one-thread bfloat16 matmul
+# is at least this many times as fast as a float32 one on this machine (measured per run).
+BF16_MIN_SPEEDUP = 1.5
 # fastest_engine: our faster rollout engine on this machine for the setting. On the tiny model
 # vLLM's per-step overhead outweighs its decode speed (0.32 s vs 0.15 s per step measured).
 COMMON = dict(beta=0.04, lr=3e-4, temperature=1.0)
@@ -128,7 +140,7 @@ def trl_config(s: dict, checkpointing: bool, **overrides):
     return GRPOConfig(**kwargs)
 
 
-def run_trl(setting: str, model_dir: str | None, table: str, trl_vllm: bool = False) -> dict:
+def run_trl(setting: str, model_dir: str | None, table: str, trl_vllm: bool = False, precision: str = "fp32") -> dict:
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOTrainer
@@ -141,11 +153,21 @@ def run_trl(setting: str, model_dir: str | None, table: str, trl_vllm: bool = Fa
     steps: list[dict] = []
 
     class StepTimes(TrainerCallback):
+        """Each step from its start to the next one's (its logging included, as for ours)."""
+
         def on_step_begin(self, args, state, control, **kwargs):
-            self.start, self.gen = time.perf_counter(), timer.seconds
+            now = time.perf_counter()
+            if steps:
+                steps[-1]["seconds"] = now - steps[-1].pop("start")
+            steps.append({"start": now})
+            self.gen = timer.seconds
 
         def on_step_end(self, args, state, control, **kwargs):
-            steps.append({"seconds": time.perf_counter() - self.start, "generate": timer.seconds - self.gen})
+            steps[-1]["generate"] = timer.seconds - self.gen
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if steps and "start" in steps[-1]:
+                steps[-1]["seconds"] = time.perf_counter() - steps[-1].pop("start")
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "completions/mean_length" in logs and steps:
@@ -154,7 +176,7 @@ def run_trl(setting: str, model_dir: str | None, table: str, trl_vllm: bool = Fa
     extra = {}
     if table == "fastest" and trl_vllm:
         extra = dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3)
-    config = trl_config(s, checkpointing=table == "identical", **extra)
+    config = trl_config(s, checkpointing=table == "identical", bf16=precision == "bf16", **extra)
     dataset = Dataset.from_list(prompt_records(max(64, s["prompts"] * s["steps"]), s["prompts_from"], tokenizer))
     trainer = GRPOTrainer(
         model=model, reward_funcs=[arithmetic_close], args=config, train_dataset=dataset,
@@ -165,7 +187,7 @@ def run_trl(setting: str, model_dir: str | None, table: str, trl_vllm: bool = Fa
 
 
 def our_config(setting: str, model: str | None, checkpointing: bool | str = True, steps: int | None = None,
-               engine: str = "hf", hf_decoder: str = "generate"):
+               engine: str = "hf", hf_decoder: str = "generate", precision: str = "fp32"):
     """Our TrainConfig for a setting: the same values TRL's GRPOConfig gets in run_trl."""
     from grpo_lightning.config import TrainConfig
 
@@ -182,6 +204,8 @@ def our_config(setting: str, model: str | None, checkpointing: bool | str = True
     cfg.algorithm.loss_agg, cfg.algorithm.micro_batch_size = "seq_mean_token_mean", s["prompts"] * s["generations"]
     cfg.trainer.max_steps, cfg.trainer.num_threads = steps or s["steps"], 1
     cfg.trainer.output_dir, cfg.logger.kind = tempfile.mkdtemp(), "none"
+    if precision == "bf16":  # as TRL's bf16=True: bfloat16 autocast over float32 weights
+        cfg.trainer.precision, cfg.rollout.vllm.dtype = "bf16-mixed", "bfloat16"
     return cfg
 
 
@@ -212,7 +236,7 @@ def training_flops(model, rollout, checkpointing: bool, beta: float) -> float:
     return passes * forward
 
 
-def run_ours(setting: str, model_dir: str | None, table: str) -> dict:
+def run_ours(setting: str, model_dir: str | None, table: str, precision: str = "fp32") -> dict:
     import lightning as L
 
     from grpo_lightning.build import build_run
@@ -220,22 +244,26 @@ def run_ours(setting: str, model_dir: str | None, table: str) -> dict:
     fastest = table == "fastest"
     s = SETTINGS[setting]
     cfg = our_config(setting, model_dir, "auto" if fastest else True, engine=s["fastest_engine"] if fastest else "hf",
-                     hf_decoder="loop" if fastest else "generate")
+                     hf_decoder="fused" if fastest else "generate", precision=precision)
     run = build_run(cfg)
     if s["prompts_from"] == "reasoning_gym":  # the very prompt strings TRL gets
         run.datamodule.train_records = prompt_records(max(64, s["prompts"] * s["steps"]), "reasoning_gym", run.tokenizer)
     steps: list[dict] = []
 
     class StepTimes(L.Callback):
+        """Each step from its start to the next one's (callbacks, weight sync and logging included),
+        less this callback's own bookkeeping."""
+
         def on_train_batch_start(self, trainer, module, batch, batch_idx):
-            self.start = time.perf_counter()
+            self._close(time.perf_counter())
+            steps.append({"start": time.perf_counter(), "bookkeeping": 0.0})
 
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            start = time.perf_counter()
             rollout = module.last_step.rollout
             padded, packed = padding_shares(module, rollout)
             checkpointing = bool(module.policy.is_gradient_checkpointing)
-            steps.append({
-                "seconds": time.perf_counter() - self.start,
+            steps[-1].update({
                 "generate": rollout.timing["rollout/seconds"],
                 "tokens": float(rollout.completion_mask.sum()),
                 "padding_share_padded": padded,
@@ -243,13 +271,22 @@ def run_ours(setting: str, model_dir: str | None, table: str) -> dict:
                 "checkpointing": checkpointing,
                 "train_flops": training_flops(module.policy, rollout, checkpointing, module.cfg.beta),
             })
+            steps[-1]["bookkeeping"] += time.perf_counter() - start
+
+        def on_train_end(self, trainer, module):
+            self._close(time.perf_counter())
+
+        @staticmethod
+        def _close(now: float) -> None:
+            if steps and "start" in steps[-1]:
+                steps[-1]["seconds"] = now - steps[-1].pop("start") - steps[-1].pop("bookkeeping")
 
     run.callbacks.insert(0, StepTimes())  # its clock starts before training_step generates
     run.trainer(cfg, enable_progress_bar=False, limit_val_batches=0).fit(run.module, datamodule=run.datamodule)
     return {"steps": steps}
 
 
-def child(trainer: str, setting: str, model_dir: str | None, table: str, trl_vllm: bool) -> None:
+def child(trainer: str, setting: str, model_dir: str | None, table: str, trl_vllm: bool, precision: str) -> None:
     if trainer == "ours":  # first, as the CLI imports it: huge pages for large CPU tensors (run_child)
         import grpo_lightning  # noqa: F401
     import torch
@@ -257,9 +294,9 @@ def child(trainer: str, setting: str, model_dir: str | None, table: str, trl_vll
     torch.set_num_threads(1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if trainer == "trl":
-        result = run_trl(setting, model_dir, table, trl_vllm)
+        result = run_trl(setting, model_dir, table, trl_vllm, precision)
     else:
-        result = run_ours(setting, model_dir, table)
+        result = run_ours(setting, model_dir, table, precision)
     from grpo_lightning.models.allocator import torch_uses_huge_pages
 
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -267,12 +304,14 @@ def child(trainer: str, setting: str, model_dir: str | None, table: str, trl_vll
     print("RESULT " + json.dumps(result))
 
 
-def matmul_gflops(seconds: float = 3.0) -> float:
-    """fp32 matmul rate of one thread on decoder-shaped operands ([2048 x 576] @ [576 x 1536])."""
+def matmul_gflops(seconds: float = 3.0, dtype: str = "fp32") -> float:
+    """Matmul rate of one thread on decoder-shaped operands ([2048 x 576] @ [576 x 1536]), in
+    float32 or bfloat16 (``dtype``)."""
     import torch
 
     torch.set_num_threads(1)
-    a, b = torch.randn(2048, 576), torch.randn(576, 1536)
+    kind = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    a, b = torch.randn(2048, 576, dtype=kind), torch.randn(576, 1536, dtype=kind)
     a @ b
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -319,13 +358,13 @@ def child_environment(trainer: str) -> dict:
     return env
 
 
-def run_child(trainer: str, args, model_dir: str, table: str) -> dict | str:
+def run_child(trainer: str, args, model_dir: str, table: str, precision: str) -> dict | str:
     """One fresh-process run; its parsed result, or the tail of its error output."""
     python = sys.executable
     if trainer == "ours" and table == "fastest" and SETTINGS[args.setting].get("fastest_engine") == "vllm":
         python = args.ours_python or python  # our vLLM rollouts need a venv with vLLM
     command = [python, __file__, "--child", trainer, "--setting", args.setting, "--model-dir", model_dir,
-               "--tables", table] + (["--trl-vllm"] if args.trl_vllm else [])
+               "--tables", table, "--precision", precision] + (["--trl-vllm"] if args.trl_vllm else [])
     done = subprocess.run(command, capture_output=True, text=True, env=child_environment(trainer))
     line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
     if done.returncode or not line:
@@ -333,7 +372,19 @@ def run_child(trainer: str, args, model_dir: str, table: str) -> dict | str:
     return json.loads(line[-1][len("RESULT "):])
 
 
-def print_table(table: str, summary: dict) -> None:
+def table_precision(table: str, setting: str, choice: str, rates: dict[str, float]) -> str:
+    """The precision both trainers run ``table`` in: float32 for identical settings; for the
+    fastest, ``choice`` (``setting``: the setting's own rule, where ``auto`` takes bfloat16 when
+    this machine's one-thread bfloat16 matmul is ``BF16_MIN_SPEEDUP`` times the float32 one)."""
+    if table == "identical":
+        return "fp32"
+    rule = SETTINGS[setting]["fastest_precision"] if choice == "setting" else choice
+    if rule == "auto":
+        return "bf16" if rates["bf16"] >= BF16_MIN_SPEEDUP * rates["fp32"] else "fp32"
+    return rule
+
+
+def print_table(table: str, summary: dict, precision: str, rates: dict[str, float]) -> None:
     rows = [("median step (s)", "median_step_s", "{:.3f}"), ("completion tokens/s", "tokens_per_s", "{:.1f}"),
             ("generation share", "generation_share", "{:.2f}"), ("peak RSS (MB)", "peak_rss_mb", "{:.0f}")]
     print(f"\n{table} settings\n{'metric':<22}{'ours':>10}{'TRL':>10}{'ours/TRL':>10}")
@@ -341,8 +392,10 @@ def print_table(table: str, summary: dict) -> None:
         ours, trl = summary["ours"][key], summary["trl"][key]
         print(f"{label:<22}{fmt.format(ours):>10}{fmt.format(trl):>10}{ours / trl:>10.2f}")
     ours = summary["ours"]
-    print(f"ours: padding share {ours['padding_share_padded']:.2f} padded -> {ours['padding_share_packed']:.2f} packed; "
-          f"checkpointing {ours['checkpointing']}; training phase {ours['train_gflops']:.1f} GFLOP/s")
+    print(f"both in {precision}; ours: padding share {ours['padding_share_padded']:.2f} padded -> "
+          f"{ours['padding_share_packed']:.2f} packed; checkpointing {ours['checkpointing']}; training phase "
+          f"{ours['train_gflops']:.1f} GFLOP/s ({ours['train_gflops'] / rates[precision]:.0%} of a one-thread "
+          f"{precision} matmul)")
 
 
 def main() -> None:
@@ -353,6 +406,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="first steps of each run left out")
     parser.add_argument("--tables", nargs="+", choices=TABLES, default=list(TABLES), help="which tables to measure")
     parser.add_argument("--trl-vllm", action="store_true", help="fastest table: try TRL's colocated vLLM mode")
+    parser.add_argument(
+        "--fastest-precision", choices=["setting", "auto", "fp32", "bf16"], default="setting",
+        help="precision of both trainers in the fastest table: setting (the setting's rule: auto for SmolLM2, "
+        "fp32 for the tiny model), auto (bf16 where its matmul is BF16_MIN_SPEEDUP x faster here), fp32, bf16",
+    )
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help=argparse.SUPPRESS)
     parser.add_argument(
         "--ours-python", default=str(OURS_PYTHON) if OURS_PYTHON.exists() else None,
         help="interpreter for our runs that roll out with vLLM (the SmolLM2 fastest tables): default the "
@@ -365,35 +424,39 @@ def main() -> None:
     if args.setting != "tiny" and not args.model_dir:
         parser.error(f"--setting {args.setting} needs --model-dir (a local SmolLM2-135M-Instruct folder)")
     if args.child:
-        child(args.child, args.setting, args.model_dir, args.tables[0], args.trl_vllm)
+        child(args.child, args.setting, args.model_dir, args.tables[0], args.trl_vllm, args.precision)
         return
     model_dir = args.model_dir or save_tiny_model()
     s = SETTINGS[args.setting]
-    results: dict = {"setting": args.setting, "config": s, "common": COMMON, "threads": 1, "tables": {}}
+    # Measured first, on an idle machine: they decide the fastest table's precision.
+    rates = {dtype: matmul_gflops(dtype=dtype) for dtype in ("fp32", "bf16")}
+    print(f"one-thread matmul: fp32 {rates['fp32']:.1f} GFLOP/s, bf16 {rates['bf16']:.1f} GFLOP/s", file=sys.stderr)
+    results: dict = {"setting": args.setting, "config": s, "common": COMMON, "threads": 1, "tables": {},
+                     "matmul_gflops_one_thread": rates["fp32"], "matmul_gflops_one_thread_bf16": rates["bf16"]}
     for table in args.tables:
+        precision = table_precision(table, args.setting, args.fastest_precision, rates)
         runs: dict[str, list] = {"ours": [], "trl": []}
         failures: dict[str, str] = {}
         for repeat in range(args.repeats):
             for trainer in ("ours", "trl"):
                 print(f"[{table} {repeat + 1}/{args.repeats}] {trainer} ...", file=sys.stderr, flush=True)
-                out = run_child(trainer, args, model_dir, table)
+                out = run_child(trainer, args, model_dir, table, precision)
                 if isinstance(out, str) and trainer == "trl" and table == "fastest" and args.trl_vllm:
                     errors = [l for l in out.splitlines() if "Error" in l or "Exception" in l]
                     failures["trl_vllm"] = (errors or out.strip().splitlines())[-1].strip()
                     print(f"TRL's colocated vLLM mode failed ({failures['trl_vllm']}); TRL runs with HF generate",
                           file=sys.stderr)
                     args.trl_vllm = False
-                    out = run_child(trainer, args, model_dir, table)
+                    out = run_child(trainer, args, model_dir, table, precision)
                 if isinstance(out, str):
                     sys.exit(f"{trainer} ({table}) failed:\n{out}")
                 runs[trainer].append(out)
         summary = {name: summarize(r, args.warmup) for name, r in runs.items()}
-        results["tables"][table] = {"results": summary, "runs": runs, "failures": failures}
-        print_table(table, summary)
+        results["tables"][table] = {"results": summary, "runs": runs, "failures": failures, "precision": precision}
+        print_table(table, summary, precision, rates)
         for name, why in failures.items():
             print(f"left out: {name}: {why}")
-    results["matmul_gflops_one_thread"] = matmul_gflops()
-    print(f"\nfp32 matmul, one thread: {results['matmul_gflops_one_thread']:.1f} GFLOP/s")
+    print(f"\none-thread matmul: fp32 {rates['fp32']:.1f} GFLOP/s, bf16 {rates['bf16']:.1f} GFLOP/s")
     print(f"setting {args.setting}: {s['prompts']} prompts x {s['generations']} generations x {s['max_tokens']} tokens, "
           f"{s['steps']} steps x {args.repeats} runs each (first {args.warmup} dropped), 1 thread")
     import trl
