@@ -1,4 +1,5 @@
-"""The model-compute floor of one GRPO step: what any trainer on this HF model must spend.
+"""The model-compute floor of one GRPO step run the plain way: what a trainer that feeds this
+HF model padded rows must spend (TRL does).
 
 On a setting of ``trl_vs_ours.py`` (its prompts, batch, completion length, beta 0.04,
 gradient checkpointing on, one thread) this times only the Hugging Face model's own work,
@@ -10,12 +11,13 @@ with no trainer around it:
 3. train: one forward with gradient (checkpointed) plus the backward;
 4. optimizer: gradient clipping and one AdamW step.
 
-The sum is a floor for the whole step of either trainer that runs this model's own forward
-(our fused decoder, ``rollout.hf_decoder=fused``, decodes below it). Read next to the
-identical-settings table of the latest ``benchmarks/results/trl_vs_ours_<setting>.json`` it
-says how far below TRL's step any trainer using this model implementation can go: when the
-floor is above half of TRL's step, a target of "half of TRL's step" cannot be met by trimming
-trainer overhead alone.
+The sum is a floor for the whole step of a trainer that runs these padded passes and this
+decode loop; ours goes below it by doing less work (packed rows without padding, the output
+head on completion positions only, the fused decoder), so "ours above the floor" can be
+negative. Read next to the identical-settings table of the latest
+``benchmarks/results/trl_vs_ours_<setting>.json`` it says how far below TRL's step a trainer
+can go by trimming overhead alone: when the floor is above half of TRL's step, a target of
+"half of TRL's step" needs less work, not less overhead.
 
     python benchmarks/step_floor.py --setting tiny [--repeats 30]
     python benchmarks/step_floor.py --setting smollm2 --model-dir DIR --repeats 3
