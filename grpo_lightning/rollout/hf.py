@@ -91,7 +91,7 @@ class _CheckedDecoder:
         if self.active is not None:
             return self.active.step(tokens)
         got, want = self.fused.step(tokens), self.forward.step(tokens)
-        agree = self.engine.fused_checked is not False and self._agree(got, want, "first step")
+        agree = self._agree(got, want, "first step")
         self.engine.fused_checked = agree
         self.active = self.fused if agree else self.forward
         return got if agree else want
@@ -209,18 +209,17 @@ class HFEngine:
         """The loop's decoder for left-padded prompts ``mask`` and up to ``max_steps`` steps after the
         prefill: the model's forward, or (``decoder=fused``, where :func:`fused_decode_support`
         allows it) the fused decoder, checked against the forward on its first rollout."""
-        forward = _ForwardDecoder(self.model, mask)
         if self.decoder != "fused" or self.fused_checked is False:
-            return forward
+            return _ForwardDecoder(self.model, mask)
         unsupported = fused_decode_support(self.model, mask.shape[1] + max_steps)
         if unsupported is not None:
             rank_zero_info(f"rollout.hf_decoder=fused: decoding with the model's forward instead: {unsupported}")
             self.fused_checked = False
-            return forward
+            return _ForwardDecoder(self.model, mask)
         if self._fused_weights is None:  # once per generate call: every chunk decodes with the same weights
             self._fused_weights = FusedWeights(self.model)
         fused = FusedDecoder(self.model, mask, max_steps, self._fused_weights)
-        return fused if self.fused_checked else _CheckedDecoder(self, fused, forward)
+        return fused if self.fused_checked else _CheckedDecoder(self, fused, _ForwardDecoder(self.model, mask))
 
     def _completions(self, new_tokens: torch.Tensor, step_logprobs: torch.Tensor) -> list[Completion]:
         """Each row's tokens up to and including its EOS, with the log-probs they were drawn with."""
