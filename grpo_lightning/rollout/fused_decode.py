@@ -101,6 +101,15 @@ def _rms_norm(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
     return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
 
 
+def _plus_linear(residual: torch.Tensor, x: torch.Tensor, weight_and_bias: tuple) -> torch.Tensor:
+    """``residual + linear(x)`` on [B, n, features] tensors, one addmm where there is no bias."""
+    weight, bias = weight_and_bias
+    if bias is not None:
+        return residual + F.linear(x, weight, bias)
+    out = torch.addmm(residual.reshape(-1, residual.shape[-1]), x.reshape(-1, x.shape[-1]), weight.t())
+    return out.view(residual.shape)
+
+
 def _rotary_pairs_adjacent(tensor: torch.Tensor, head_dim: int) -> torch.Tensor:
     """Rows of a q or k projection (weight or bias) reordered within each head from Llama's
     [first halves, second halves] to [x_0, x_half, x_1, x_half+1, ...]: each pair the rotary
@@ -173,11 +182,14 @@ class FusedDecoder:
         causal = torch.ones(prefilled, prefilled, dtype=torch.bool, device=real.device).tril()
         allowed = (causal & real[:, None, :]) | torch.eye(prefilled, dtype=torch.bool, device=real.device)
         bias = torch.zeros(allowed.shape, device=real.device).masked_fill_(~allowed, float("-inf"))
-        groups = weights.heads // weights.kv_heads
-        self.prompt_bias = bias.repeat(1, groups, 1)[:, None]  # [B, 1, groups x P, P]: the query rows of _layer
-        # Decode bias over the cache [B, 1, 1, length]: padding and not-yet-written slots are -inf.
-        self.bias = torch.full((batch, 1, 1, length), float("-inf"), device=real.device)
-        self.bias[..., :prefilled].masked_fill_(real[:, None, None, :], 0.0)
+        kv_heads, groups = weights.kv_heads, weights.heads // weights.kv_heads
+        # Both biases per (row, key/value head), as _layer's batched matmuls see them: the prefill's
+        # [B x kv_heads, groups x P, P] (its query rows); the decode's [B x kv_heads, 1, length] over
+        # the cache, -inf on padding and on slots not yet written.
+        self.prompt_bias = bias.repeat(1, groups, 1).repeat_interleave(kv_heads, dim=0)
+        decode_bias = torch.full((batch, length), float("-inf"), device=real.device)
+        decode_bias[:, :prefilled].masked_fill_(real, 0.0)
+        self.bias = decode_bias.repeat_interleave(kv_heads, dim=0)[:, None]
         self.prefilled, self.written, self.max_steps = prefilled, prefilled, max_steps
 
     @staticmethod
@@ -199,17 +211,17 @@ class FusedDecoder:
         qk = torch.view_as_real(pairs * rotation).view(batch, n, -1, head_dim)
         keys[:, :, slots] = qk[:, :, heads:].transpose(1, 2)
         values[:, :, slots] = v.view(batch, n, kv_heads, head_dim).transpose(1, 2)
-        # [B, kv_heads, groups, n, D]: the query heads that share a key/value head side by side.
-        # [B, kv_heads, groups x n, D]: the query heads that share a key/value head as rows of one
+        # [B x kv_heads, groups x n, D]: the query heads that share a key/value head as rows of one
         # matrix, so that the cache is read in place (a broadcast over groups would copy it).
         q = qk[:, :, :heads].view(batch, n, kv_heads, groups, head_dim).permute(0, 2, 3, 1, 4)
-        q = q.reshape(batch, kv_heads, groups * n, head_dim)
-        keys, values = keys[:, :, : slots.stop], values[:, :, : slots.stop]
-        scores = torch.matmul(q, keys.transpose(-1, -2)) * self.scaling + bias  # [B, kv_heads, groups x n, slots]
-        attended = torch.matmul(torch.softmax(scores, dim=-1), values).view(batch, kv_heads, groups, n, head_dim)
-        hidden = hidden + F.linear(attended.permute(0, 3, 1, 2, 4).reshape(batch, n, -1), *w.o_proj)
+        q = q.reshape(batch * kv_heads, groups * n, head_dim)
+        keys = keys[:, :, : slots.stop].reshape(batch * kv_heads, slots.stop, head_dim)  # views of the cache
+        values = values[:, :, : slots.stop].reshape(batch * kv_heads, slots.stop, head_dim)
+        scores = torch.baddbmm(bias, q, keys.transpose(1, 2), alpha=self.scaling)  # [B x kv_heads, groups x n, slots]
+        attended = torch.bmm(torch.softmax(scores, dim=-1), values).view(batch, kv_heads, groups, n, head_dim)
+        hidden = _plus_linear(hidden, attended.permute(0, 3, 1, 2, 4).reshape(batch, n, -1), w.o_proj)
         gate, up = F.linear(_rms_norm(hidden, w.post_norm), w.gate_up_weight, w.gate_up_bias).chunk(2, -1)
-        return hidden + F.linear(F.silu(gate) * up, *w.down_proj)
+        return _plus_linear(hidden, F.silu(gate) * up, w.down_proj)
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         head = self.weights.head
@@ -229,7 +241,7 @@ class FusedDecoder:
             raise RuntimeError(f"FusedDecoder: called more than the {self.max_steps} steps its cache holds")
         slot, step = self.written, self.written - self.prefilled
         self.bias[..., slot] = 0.0
-        bias = self.bias[..., : slot + 1]  # [B, 1, 1, slots]
+        bias = self.bias[..., : slot + 1]  # [B x kv_heads, 1, slots]
         rotation = self.rotation[step][:, None]  # [B, 1, 1, D / 2]
         hidden = F.embedding(tokens, self.weights.embedding)[:, None]  # [B, 1, hidden]
         for index in range(len(self.weights.layers)):

@@ -9,7 +9,9 @@ from grpo_lightning.rollout.engine import SamplingSettings
 
 def filter_logits(logits: torch.Tensor, sampling: SamplingSettings) -> torch.Tensor:
     """Temperature, then top-k, then top-p (nucleus) on [B, V] logits, in float32."""
-    z = logits.float() / max(sampling.temperature, 1e-6)
+    z = logits.float()
+    if sampling.temperature != 1.0:
+        z = z / max(sampling.temperature, 1e-6)
     vocab = z.shape[-1]
     if 0 < sampling.top_k < vocab:
         kth = torch.topk(z, sampling.top_k, dim=-1).values[:, -1:]
@@ -88,8 +90,7 @@ class SeededSampler:
         uniforms = self._uniform(logits.device)
         self.position += 1
         cdf = log_probs.double().exp().cumsum(dim=-1)
-        targets = (uniforms * cdf[:, -1]).unsqueeze(-1)
-        tokens = torch.searchsorted(cdf, targets).squeeze(-1).clamp(max=z.shape[-1] - 1)
+        tokens = torch.searchsorted(cdf, uniforms[:, None] * cdf[:, -1:]).clamp(max=z.shape[-1] - 1)  # [B, 1]
         # A token with zero mass can only be hit through float ties at the CDF's edge.
-        tokens = torch.where(torch.isfinite(z.gather(-1, tokens[:, None]).squeeze(-1)), tokens, z.argmax(-1))
-        return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+        tokens = torch.where(torch.isfinite(z.gather(-1, tokens)), tokens, z.argmax(-1, keepdim=True))
+        return tokens[:, 0], log_probs.gather(-1, tokens)[:, 0]
