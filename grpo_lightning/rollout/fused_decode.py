@@ -54,12 +54,11 @@ def fused_decode_support(model: nn.Module, total_length: int) -> str | None:
     if window and getattr(config, "use_sliding_window", True) and window < total_length:
         return f"sliding_window={window} is shorter than the rollout ({total_length} positions)"
     for layer in model.model.layers:
-        projections = [*_attention_projections(layer), *_mlp_projections(layer)]
-        if not all(type(p) is nn.Linear for p in projections):
+        if not all(type(p) is nn.Linear for p in _projections(layer)):
             return "its projections are not plain nn.Linear layers (LoRA adapters, quantized weights)"
     if any(p.dtype != torch.float32 for p in model.parameters()):
         return "its weights are not float32"
-    copied = sum(p.weight.numel() * p.weight.element_size() for layer in model.model.layers for p in _fused_projections(layer))
+    copied = sum(p.weight.numel() * p.weight.element_size() for layer in model.model.layers for p in _projections(layer, fused_only=True))
     if copied > FUSED_MAX_COPY_BYTES:
         return (
             f"its fused weights would copy {copied / 2**20:.0f} MiB per rollout (more than "
@@ -70,19 +69,11 @@ def fused_decode_support(model: nn.Module, total_length: int) -> str | None:
     return None
 
 
-def _attention_projections(layer: nn.Module) -> list[nn.Linear]:
-    attention = layer.self_attn
-    return [attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj]
-
-
-def _mlp_projections(layer: nn.Module) -> list[nn.Linear]:
-    return [layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj]
-
-
-def _fused_projections(layer: nn.Module) -> list[nn.Linear]:
-    """The projections whose weights the fused decoder copies into its fused matmuls."""
-    attention = layer.self_attn
-    return [attention.q_proj, attention.k_proj, attention.v_proj, layer.mlp.gate_proj, layer.mlp.up_proj]
+def _projections(layer: nn.Module, fused_only: bool = False) -> list[nn.Linear]:
+    """A decoder layer's projections; with ``fused_only`` those the fused matmuls copy (q, k, v, gate, up)."""
+    attention, mlp = layer.self_attn, layer.mlp
+    fused = [attention.q_proj, attention.k_proj, attention.v_proj, mlp.gate_proj, mlp.up_proj]
+    return fused if fused_only else [*fused, attention.o_proj, mlp.down_proj]
 
 
 def _weight_and_bias(layer: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
