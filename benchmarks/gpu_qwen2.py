@@ -49,15 +49,29 @@ from pathlib import Path
 SHAPES = {
     # Qwen/Qwen2-0.5B's config.json (max_position_embeddings cut to what the run needs).
     "qwen2-0.5b": dict(
-        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=4096,
-        tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6,
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
     ),
     # A CPU-sized stand-in for trying the script anywhere.
     "small": dict(
-        vocab_size=2048, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-        tie_word_embeddings=True, rope_theta=10000.0, rms_norm_eps=1e-6,
+        vocab_size=2048,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-6,
     ),
 }
 
@@ -90,8 +104,11 @@ def build_model_folder(shape: str, folder: str) -> str:
     tokenizer = build_char_tokenizer(DEFAULT_ALPHABET + "".join(extra))
     assert len(tokenizer) == spec["vocab_size"], (len(tokenizer), spec["vocab_size"])
     config = Qwen2Config(
-        **spec, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, torch_dtype="bfloat16",
+        **spec,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        torch_dtype="bfloat16",
     )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).to(torch.bfloat16)
@@ -146,8 +163,15 @@ def train_flops(model, rollout, lora: bool, beta: float) -> float:
     if head is not embed and head.data_ptr() != embed.data_ptr():
         body -= head.numel()
     # Causal attention per layer: QK^T and AV over half the square, 2 FLOPs per multiply-add.
-    attention = 2 * 2 * float((lengths**2).sum()) / 2 * config.num_attention_heads * (
-        config.hidden_size // config.num_attention_heads) * config.num_hidden_layers
+    attention = (
+        2
+        * 2
+        * float((lengths**2).sum())
+        / 2
+        * config.num_attention_heads
+        * (config.hidden_size // config.num_attention_heads)
+        * config.num_hidden_layers
+    )
     forward = 2 * (body * tokens + head.numel() * completion) + attention
     backward = 1.0 if lora else 2.0
     return (1.0 + backward + (1.0 if beta > 0 else 0.0)) * forward
@@ -275,22 +299,27 @@ def run_config(args, name: str, model_dir: str) -> dict:
             rollout = pl_module.last_step.rollout
             lora = cfg.model.lora.rank > 0
             step = {
-                "seconds": seconds, **phases,
+                "seconds": seconds,
+                **phases,
                 "other": seconds - sum(phases.values()),
                 "completion_tokens": float(rollout.completion_mask.sum()),
                 "tokens": float(rollout.prompt_mask.sum() + rollout.completion_mask.sum()),
                 "train_flops": train_flops(pl_module.policy, rollout, lora, cfg.algorithm.beta),
                 "checkpointing": bool(getattr(pl_module.policy, "is_gradient_checkpointing", False)),
                 "peak_allocated_gib": max([torch.cuda.max_memory_allocated() / 2**30, *phase_peaks.values()])
-                if cuda else None,
+                if cuda
+                else None,
                 "phase_peak_gib": dict(phase_peaks),
                 "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else None,
                 "skipped": list(pl_module.last_step.skipped),
                 "profiled": bool(args.profile and batch_idx >= args.steps - 2),  # left out of the summary
             }
             steps.append(step)
-            print(f"[{name}] step {batch_idx}: {json.dumps({k: v for k, v in step.items() if k != 'skipped'})}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[{name}] step {batch_idx}: {json.dumps({k: v for k, v in step.items() if k != 'skipped'})}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     class TrainingPhaseProfile(L.Callback):
         """Profiles the last step from after generation to its end."""
@@ -319,12 +348,14 @@ def run_config(args, name: str, model_dir: str) -> dict:
             attr = "device_time_total" if cuda else "cpu_time_total"
             top = sorted(events, key=lambda e: getattr(e, "self_" + attr, 0), reverse=True)[:25]
             kernel_us = sum(getattr(e, "self_device_time_total", 0) for e in events) if cuda else None
-            profile.update({
-                "wall_s": wall,
-                "device_busy_s": kernel_us / 1e6 if cuda else None,
-                "table": events.table(sort_by="self_" + attr, row_limit=25),
-                "top": [{"name": e.key, "self_s": getattr(e, "self_" + attr) / 1e6, "count": e.count} for e in top],
-            })
+            profile.update(
+                {
+                    "wall_s": wall,
+                    "device_busy_s": kernel_us / 1e6 if cuda else None,
+                    "table": events.table(sort_by="self_" + attr, row_limit=25),
+                    "top": [{"name": e.key, "self_s": getattr(e, "self_" + attr) / 1e6, "count": e.count} for e in top],
+                }
+            )
             del self.prof
 
     class GenerationProfile(L.Callback):
@@ -346,8 +377,12 @@ def run_config(args, name: str, model_dir: str) -> dict:
                 by_cpu = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:12]
                 profile["generation"] = {
                     "wall_s": wall,
-                    "device_busy_s": sum(getattr(e, "self_device_time_total", 0) for e in events) / 1e6 if cuda else None,
-                    "top_cpu": [{"name": e.key, "self_cpu_s": e.self_cpu_time_total / 1e6, "count": e.count} for e in by_cpu],
+                    "device_busy_s": sum(getattr(e, "self_device_time_total", 0) for e in events) / 1e6
+                    if cuda
+                    else None,
+                    "top_cpu": [
+                        {"name": e.key, "self_cpu_s": e.self_cpu_time_total / 1e6, "count": e.count} for e in by_cpu
+                    ],
                 }
                 pl_module.generate_rollout = inner
                 return out
@@ -363,9 +398,13 @@ def run_config(args, name: str, model_dir: str) -> dict:
     policy = module.policy
     trained = sum(p.numel() for p in policy.parameters() if p.requires_grad)
     return {
-        "config": name, "settings": CONFIGS[name], "steps": steps, "fit_seconds": wall,
+        "config": name,
+        "settings": CONFIGS[name],
+        "steps": steps,
+        "fit_seconds": wall,
         "run_peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
-        "trained_parameters": trained, "total_parameters": sum(p.numel() for p in policy.parameters()),
+        "trained_parameters": trained,
+        "total_parameters": sum(p.numel() for p in policy.parameters()),
         "checkpointing_report": module.checkpointing_choice.report() if module.checkpointing_choice else None,
         "profile": profile,
     }
@@ -378,9 +417,10 @@ def summarize(result: dict, warmup: int, peak_tflops: float, matmul_tflops: floa
     # Rates are medians over the steps, like the step time: one slow step (a recompilation
     # under model.compile, an allocator flush) must not set the figure.
     train = statistics.median(s["train_flops"] / (s["seconds"] - s["generate"]) for s in steps) / 1e12
-    compute = statistics.median(
-        s["train_flops"] / (s["prepare_and_reference"] + s["policy_forward_backward"]) for s in steps
-    ) / 1e12
+    compute = (
+        statistics.median(s["train_flops"] / (s["prepare_and_reference"] + s["policy_forward_backward"]) for s in steps)
+        / 1e12
+    )
     out = {
         "median_step_s": statistics.median(s["seconds"] for s in steps),
         "breakdown_share": {
@@ -437,16 +477,37 @@ def main() -> None:
     tf32 = tf32_head_check(args.device)
     print(f"TF32 head check: {tf32}", file=sys.stderr, flush=True)
     results: dict = {
-        "shape": args.shape, "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-        "torch": torch.__version__, "settings": vars(args), "matmul_bf16_tflops": matmul, "tf32_head_check": tf32,
+        "shape": args.shape,
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "settings": vars(args),
+        "matmul_bf16_tflops": matmul,
+        "tf32_head_check": tf32,
         "configs": {},
     }
     for name in args.configs:
-        command = [sys.executable, __file__, "--child", name, "--model-dir", model_dir, "--device", args.device,
-                   "--prompts", str(args.prompts), "--generations", str(args.generations),
-                   "--max-tokens", str(args.max_tokens), "--micro-batch", str(args.micro_batch),
-                   "--checkpointing", args.checkpointing, "--steps", str(args.steps)] + (
-                   ["--profile"] if args.profile else [])
+        command = [
+            sys.executable,
+            __file__,
+            "--child",
+            name,
+            "--model-dir",
+            model_dir,
+            "--device",
+            args.device,
+            "--prompts",
+            str(args.prompts),
+            "--generations",
+            str(args.generations),
+            "--max-tokens",
+            str(args.max_tokens),
+            "--micro-batch",
+            str(args.micro_batch),
+            "--checkpointing",
+            args.checkpointing,
+            "--steps",
+            str(args.steps),
+        ] + (["--profile"] if args.profile else [])
         print(f"== {name}", file=sys.stderr, flush=True)
         done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
         line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
@@ -454,7 +515,7 @@ def main() -> None:
             results["configs"][name] = {"error": done.stdout[-3000:] or f"exit {done.returncode}"}
             print(f"{name} failed (exit {done.returncode})", file=sys.stderr)
             continue
-        result = json.loads(line[-1][len("RESULT "):])
+        result = json.loads(line[-1][len("RESULT ") :])
         result["summary"] = summarize(result, args.warmup, args.peak_tflops, matmul)
         results["configs"][name] = result
         print(json.dumps(result["summary"], indent=1), flush=True)

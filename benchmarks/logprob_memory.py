@@ -44,11 +44,17 @@ def measure(variant: str, batch: int, time: int, vocab: int, hidden_size: int) -
         from grpo_lightning.algorithm.logprobs import _chunk_log_probs
 
         flat_h, flat_t = hidden.reshape(-1, hidden_size), targets.reshape(-1)
-        logp = torch.cat([
-            checkpoint(lambda h, t: _chunk_log_probs(head(h), t, 1.0, False)[0], flat_h[i : i + 512], flat_t[i : i + 512],
-                       use_reentrant=False)
-            for i in range(0, flat_h.shape[0], 512)
-        ]).view(batch, time)
+        logp = torch.cat(
+            [
+                checkpoint(
+                    lambda h, t: _chunk_log_probs(head(h), t, 1.0, False)[0],
+                    flat_h[i : i + 512],
+                    flat_t[i : i + 512],
+                    use_reentrant=False,
+                )
+                for i in range(0, flat_h.shape[0], 512)
+            ]
+        ).view(batch, time)
     else:
         from grpo_lightning.algorithm import lm_head_log_probs
 
@@ -80,9 +86,23 @@ def main() -> None:
     results = {}
     for variant in VARIANTS:
         out = subprocess.run(
-            [sys.executable, __file__, "--variant", variant, "--batch", str(args.batch), "--time",
-             str(args.time), "--vocab", str(args.vocab), "--hidden", str(args.hidden)],
-            capture_output=True, text=True, check=True,
+            [
+                sys.executable,
+                __file__,
+                "--variant",
+                variant,
+                "--batch",
+                str(args.batch),
+                "--time",
+                str(args.time),
+                "--vocab",
+                str(args.vocab),
+                "--hidden",
+                str(args.hidden),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         results[variant] = json.loads(out.stdout.strip().splitlines()[-1])
     plain, ours = results["plain"], results["ours"]
@@ -93,9 +113,12 @@ def main() -> None:
     for name in ("checkpointed", "ours"):
         r = results[name]
         rel = abs(plain["logp_sum"] - r["logp_sum"]) / abs(plain["logp_sum"])
-        print(f"{name}: relative difference of the log-prob sums vs plain {rel:.2e}; "
-              f"|grad| sums {plain['grad_sum']:.6e} (plain) vs {r['grad_sum']:.6e}")
+        print(
+            f"{name}: relative difference of the log-prob sums vs plain {rel:.2e}; "
+            f"|grad| sums {plain['grad_sum']:.6e} (plain) vs {r['grad_sum']:.6e}"
+        )
     print(f"first values: {plain['logp_head']} (plain) vs {ours['logp_head']} (ours)")
+
 
 if __name__ == "__main__":
     main()

@@ -32,7 +32,9 @@ def child(rank: int, syncs: int) -> dict:
     from grpo_lightning.rollout import WeightSync
     from grpo_lightning.rollout.vllm import VLLMEngine, VLLMSettings
 
-    policy, tokenizer = load_policy(ModelConfig(name_or_path="smollm2_135m", lora=LoraModelConfig(rank=rank, alpha=2.0 * max(rank, 1))))
+    policy, tokenizer = load_policy(
+        ModelConfig(name_or_path="smollm2_135m", lora=LoraModelConfig(rank=rank, alpha=2.0 * max(rank, 1)))
+    )
     with torch.no_grad():
         for name, param in policy.named_parameters():
             if "lora_B" in name:
@@ -50,8 +52,13 @@ def child(rank: int, syncs: int) -> dict:
         seconds.append(sync.last_sync_seconds)
         diffs.append(sync.last_probe_diff)
     engine.close()
-    return {"rank": rank, "sync_seconds": seconds, "median_sync_s": statistics.median(seconds), "max_probe_diff": max(diffs),
-            "trained_params": sum(p.numel() for p in policy.parameters() if p.requires_grad)}
+    return {
+        "rank": rank,
+        "sync_seconds": seconds,
+        "median_sync_s": statistics.median(seconds),
+        "max_probe_diff": max(diffs),
+        "trained_params": sum(p.numel() for p in policy.parameters() if p.requires_grad),
+    }
 
 
 def main() -> None:
@@ -66,17 +73,23 @@ def main() -> None:
         return
     results = {}
     for name, rank in (("full", 0), (f"lora{args.rank}", args.rank)):
-        done = subprocess.run([sys.executable, __file__, "--child", str(rank), "--syncs", str(args.syncs)], capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, __file__, "--child", str(rank), "--syncs", str(args.syncs)], capture_output=True, text=True
+        )
         line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
         if done.returncode or not line:
             sys.exit(f"{name} failed:\n{done.stderr[-4000:]}")
-        results[name] = json.loads(line[-1][len("RESULT "):])
+        results[name] = json.loads(line[-1][len("RESULT ") :])
         r = results[name]
-        print(f"{name:<8} median sync {r['median_sync_s']:.3f} s over {args.syncs} (max probe diff {r['max_probe_diff']:.2g})")
+        print(
+            f"{name:<8} median sync {r['median_sync_s']:.3f} s over {args.syncs} (max probe diff {r['max_probe_diff']:.2g})"
+        )
     ratio = results[f"lora{args.rank}"]["median_sync_s"] / results["full"]["median_sync_s"]
     print(f"LoRA / full sync time: {ratio:.2f}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"model": "smollm2_135m", "results": results, "lora_over_full": ratio}, indent=2))
+    Path(args.json).write_text(
+        json.dumps({"model": "smollm2_135m", "results": results, "lora_over_full": ratio}, indent=2)
+    )
     print(f"wrote {args.json}")
 
 

@@ -49,8 +49,13 @@ RUNS = {
 }
 HUGE_PAGES_ENV = {"trl-full-fp32-thp", "trl-lora16-thp"}
 # ours vs TRL on the same setting
-PAIRS = [("ours-full-fp32", "trl-full-fp32"), ("ours-full-bf16", "trl-full-bf16"), ("ours-lora16", "trl-lora16"),
-         ("ours-full-fp32", "trl-full-fp32-thp"), ("ours-lora16", "trl-lora16-thp")]
+PAIRS = [
+    ("ours-full-fp32", "trl-full-fp32"),
+    ("ours-full-bf16", "trl-full-bf16"),
+    ("ours-lora16", "trl-lora16"),
+    ("ours-full-fp32", "trl-full-fp32-thp"),
+    ("ours-lora16", "trl-lora16-thp"),
+]
 
 
 def current_rss_mb() -> float:
@@ -97,13 +102,22 @@ def run_trl(model_dir: str, dtype: str, lora: bool, beta: float, checkpointing: 
     if lora:
         from peft import LoraConfig
 
-        peft_config = LoraConfig(r=LORA["rank"], lora_alpha=LORA["alpha"], lora_dropout=LORA["dropout"],
-                                 target_modules="all-linear", task_type="CAUSAL_LM")
+        peft_config = LoraConfig(
+            r=LORA["rank"],
+            lora_alpha=LORA["alpha"],
+            lora_dropout=LORA["dropout"],
+            target_modules="all-linear",
+            task_type="CAUSAL_LM",
+        )
     config = trl_config(dict(DIMS, steps=steps), checkpointing, beta=beta)
     dataset = Dataset.from_list(prompt_records(64))
     trainer = GRPOTrainer(
-        model=model, reward_funcs=[arithmetic_close], args=config, train_dataset=dataset,
-        processing_class=tokenizer, peft_config=peft_config,
+        model=model,
+        reward_funcs=[arithmetic_close],
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
     )
     reference = getattr(trainer, "ref_model", None)
     start = time.perf_counter()
@@ -135,14 +149,27 @@ def child(name: str, model_dir: str, checkpointing: bool, steps: int) -> None:
     result = (run_trl if trainer == "trl" else run_ours)(model_dir, dtype, lora, beta, checkpointing, steps)
     from grpo_lightning.models.allocator import torch_uses_huge_pages
 
-    result.update(peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, baseline_rss_mb=baseline,
-                  huge_pages=torch_uses_huge_pages())
+    result.update(
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        baseline_rss_mb=baseline,
+        huge_pages=torch_uses_huge_pages(),
+    )
     print("RESULT " + json.dumps(result))
 
 
 def measure(name: str, model_dir: str, checkpointing: bool, steps: int) -> dict:
-    command = [sys.executable, __file__, "--child", name, "--model-dir", model_dir,
-               "--checkpointing", "on" if checkpointing else "off", "--steps", str(steps)]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        name,
+        "--model-dir",
+        model_dir,
+        "--checkpointing",
+        "on" if checkpointing else "off",
+        "--steps",
+        str(steps),
+    ]
     env = child_environment(RUNS[name][0])
     if name in HUGE_PAGES_ENV:
         env["THP_MEM_ALLOC_ENABLE"] = "1"
@@ -150,7 +177,7 @@ def measure(name: str, model_dir: str, checkpointing: bool, steps: int) -> dict:
     line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
     if done.returncode or not line:
         sys.exit(f"{name} failed:\n{done.stderr[-4000:]}")
-    result = json.loads(line[-1][len("RESULT "):])
+    result = json.loads(line[-1][len("RESULT ") :])
     result["above_baseline_mb"] = result["peak_rss_mb"] - result["baseline_rss_mb"]
     result["bytes_per_trained_param"] = result["above_baseline_mb"] * 2**20 / result["trained_params"]
     return result
@@ -181,14 +208,18 @@ def main() -> None:
             path.write_text(json.dumps({"dims": DIMS, "lora": LORA, "results": results}, indent=2))
     print(f"{'run':<32}{'peak RSS MB':>12}{'above base':>12}{'trained':>12}{'B/param':>10}  reference")
     for key, r in results.items():
-        print(f"{key:<32}{r['peak_rss_mb']:>12.0f}{r['above_baseline_mb']:>12.0f}{r['trained_params']:>12,}"
-              f"{r['bytes_per_trained_param']:>10.1f}  {r['reference']}")
+        print(
+            f"{key:<32}{r['peak_rss_mb']:>12.0f}{r['above_baseline_mb']:>12.0f}{r['trained_params']:>12,}"
+            f"{r['bytes_per_trained_param']:>10.1f}  {r['reference']}"
+        )
     for ours, trl in PAIRS:
         for ckpt in ("on", "off"):
             a, b = results.get(f"{ours} ckpt={ckpt}"), results.get(f"{trl} ckpt={ckpt}")
             if a and b:
-                print(f"{ours} / {trl} (ckpt {ckpt}): peak RSS {a['peak_rss_mb'] / b['peak_rss_mb']:.2f}, "
-                      f"above baseline {a['above_baseline_mb'] / b['above_baseline_mb']:.2f}")
+                print(
+                    f"{ours} / {trl} (ckpt {ckpt}): peak RSS {a['peak_rss_mb'] / b['peak_rss_mb']:.2f}, "
+                    f"above baseline {a['above_baseline_mb'] / b['above_baseline_mb']:.2f}"
+                )
     print(f"wrote {path}")
 
 

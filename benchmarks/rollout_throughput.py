@@ -46,7 +46,9 @@ def rollout_requests(tokenizer, num_prompts: int, num_samples: int, step: int) -
     return [GenerationRequest(i, s) for i, s in zip(ids, seeds)]
 
 
-def throughput(engines: dict, tokenizer, sampling: SamplingSettings, repeats: int, num_prompts: int, num_samples: int) -> dict:
+def throughput(
+    engines: dict, tokenizer, sampling: SamplingSettings, repeats: int, num_prompts: int, num_samples: int
+) -> dict:
     """Median tokens/s and batch seconds per engine, batches interleaved engine after engine.
 
     Interleaving puts both engines under the same machine load (the cores are shared), and
@@ -108,10 +110,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="sync/async training runs, alternated")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="where the HF policy runs (cpu or cuda)")
-    parser.add_argument("--out-of-process", action="store_true", help="run vLLM's engine core in its own process (weights synced through a safetensors folder)")
-    parser.add_argument("--server", action="store_true", help="also measure a launched vLLM server (the engine shared by DDP ranks)")
+    parser.add_argument(
+        "--out-of-process",
+        action="store_true",
+        help="run vLLM's engine core in its own process (weights synced through a safetensors folder)",
+    )
+    parser.add_argument(
+        "--server", action="store_true", help="also measure a launched vLLM server (the engine shared by DDP ranks)"
+    )
     parser.add_argument("--model", default="tiny", help="model.name_or_path: tiny, smollm2_135m or a local folder")
-    parser.add_argument("--decoders", nargs="+", default=["fused", "loop", "generate"], help="HF engine decoders to measure")
+    parser.add_argument(
+        "--decoders", nargs="+", default=["fused", "loop", "generate"], help="HF engine decoders to measure"
+    )
     parser.add_argument("--no-train", action="store_true", help="skip the sync vs async step-time runs")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -126,12 +136,19 @@ def main() -> None:
     results: dict[str, float] = {}
 
     engines: dict = {
-        f"hf_{decoder}": HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id,
-                                  batch_size=args.prompts * args.samples, decoder=decoder)
+        f"hf_{decoder}": HFEngine(
+            policy,
+            tokenizer.pad_token_id,
+            tokenizer.eos_token_id,
+            batch_size=args.prompts * args.samples,
+            decoder=decoder,
+        )
         for decoder in args.decoders
     }
     start = time.perf_counter()
-    engine = VLLMEngine.from_policy(policy, tokenizer, VLLMSettings(max_model_len=max_len, in_process=not args.out_of_process))
+    engine = VLLMEngine.from_policy(
+        policy, tokenizer, VLLMSettings(max_model_len=max_len, in_process=not args.out_of_process)
+    )
     results["vllm_start_seconds"] = time.perf_counter() - start
     engines["vllm"] = engine
     if args.server:
@@ -164,10 +181,12 @@ def main() -> None:
     if args.server:
         engines["server"].close()
     width = max(len(k) for k in results)
-    print(f"\nrollout: {args.prompts} prompts x {args.samples} samples x {args.tokens} tokens, "
-          f"torch threads {args.threads}, device {args.device}, "
-          f"model {args.model}, vLLM {'out of process' if args.out_of_process else 'in process'}"
-          f"{' and a launched server' if args.server else ''}")
+    print(
+        f"\nrollout: {args.prompts} prompts x {args.samples} samples x {args.tokens} tokens, "
+        f"torch threads {args.threads}, device {args.device}, "
+        f"model {args.model}, vLLM {'out of process' if args.out_of_process else 'in process'}"
+        f"{' and a launched server' if args.server else ''}"
+    )
     for key, value in results.items():
         print(f"{key:<{width}}  {value:10.4f}")
     if args.out:

@@ -44,14 +44,21 @@ from trl_vs_ours import SETTINGS, prompt_records  # the same settings and prompt
 
 
 @torch.no_grad()
-def decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, seeds: list[int], eos: int, pad: int,
-           max_tokens: int) -> torch.Tensor:
+def decode(
+    model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, seeds: list[int], eos: int, pad: int, max_tokens: int
+) -> torch.Tensor:
     """Prompt + sampled completion ids [B, P + C]: the least work an HF-model rollout needs."""
     sampler = SeededSampler(seeds, SamplingSettings(max_new_tokens=max_tokens))
     cache, mask = DynamicCache(), prompt_mask
     positions = (mask.cumsum(1) - 1).clamp(min=0)
-    logits = model(input_ids=prompt_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                   use_cache=True, logits_to_keep=1).logits[:, -1]
+    logits = model(
+        input_ids=prompt_ids,
+        attention_mask=mask,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits[:, -1]
     ended = torch.zeros(len(seeds), dtype=torch.bool)
     tokens, position = [], positions[:, -1:]
     for _ in range(max_tokens):
@@ -62,8 +69,9 @@ def decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, seeds: li
         if bool(ended.all()):
             break
         mask, position = torch.cat([mask, torch.ones_like(mask[:, :1])], 1), position + 1
-        logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=position,
-                       past_key_values=cache, use_cache=True).logits[:, -1]
+        logits = model(
+            input_ids=token[:, None], attention_mask=mask, position_ids=position, past_key_values=cache, use_cache=True
+        ).logits[:, -1]
     return torch.cat([prompt_ids, torch.stack(tokens, 1)], 1)
 
 
@@ -84,8 +92,11 @@ def main() -> None:
     parser.add_argument("--setting", choices=sorted(SETTINGS), default="tiny")
     parser.add_argument("--model-dir", help="local SmolLM2-135M-Instruct folder (setting smollm2)")
     parser.add_argument("--repeats", type=int, default=30, help="steps timed after 2 warm-up steps")
-    parser.add_argument("--results", help="trl_vs_ours.py output to compare with "
-                        "(default benchmarks/results/trl_vs_ours_<setting>.json; skipped when missing)")
+    parser.add_argument(
+        "--results",
+        help="trl_vs_ours.py output to compare with "
+        "(default benchmarks/results/trl_vs_ours_<setting>.json; skipped when missing)",
+    )
     args = parser.parse_args()
     if args.setting == "smollm2" and not args.model_dir:
         parser.error("--setting smollm2 needs --model-dir (a local SmolLM2-135M-Instruct folder)")
@@ -99,17 +110,30 @@ def main() -> None:
     reference.eval()
     optimizer = torch.optim.AdamW(policy.parameters(), lr=3e-4)
     prompts = [tokenizer(r["prompt"])["input_ids"] for r in prompt_records(s["prompts"])]
-    prompt_ids, prompt_mask = RolloutBatch.pad_prompts([p for p in prompts for _ in range(s["generations"])],
-                                                       tokenizer.pad_token_id)
+    prompt_ids, prompt_mask = RolloutBatch.pad_prompts(
+        [p for p in prompts for _ in range(s["generations"])], tokenizer.pad_token_id
+    )
     width = prompt_ids.shape[1]
     parts: dict[str, list[float]] = {"decode": [], "reference": [], "train": [], "optimizer": []}
     for step in range(args.repeats + 2):
         seeds = group_seeds(0, 0, step, s["prompts"], s["generations"])
         policy.eval()
         ids: list[torch.Tensor] = []
-        times = {"decode": timed(lambda: ids.append(decode(policy, prompt_ids, prompt_mask, seeds,
-                                                           tokenizer.eos_token_id, tokenizer.pad_token_id,
-                                                           s["max_tokens"])))}
+        times = {
+            "decode": timed(
+                lambda: ids.append(
+                    decode(
+                        policy,
+                        prompt_ids,
+                        prompt_mask,
+                        seeds,
+                        tokenizer.eos_token_id,
+                        tokenizer.pad_token_id,
+                        s["max_tokens"],
+                    )
+                )
+            )
+        }
         policy.train()
         with torch.no_grad():
             times["reference"] = timed(lambda: completion_logp(reference, ids[0], width))
@@ -127,19 +151,27 @@ def main() -> None:
                 parts[name].append(seconds)
     floor = {name: statistics.median(values) for name, values in parts.items()}
     total = sum(floor.values())
-    print(f"setting {args.setting}: {s['prompts']} prompts x {s['generations']} generations x {s['max_tokens']} "
-          f"tokens, 1 thread, median of {args.repeats} steps")
+    print(
+        f"setting {args.setting}: {s['prompts']} prompts x {s['generations']} generations x {s['max_tokens']} "
+        f"tokens, 1 thread, median of {args.repeats} steps"
+    )
     for name, seconds in floor.items():
         print(f"  {name:<10} {1000 * seconds:7.1f} ms")
     print(f"  {'floor':<10} {1000 * total:7.1f} ms")
-    result = {"setting": args.setting, "floor_ms": {k: 1000 * v for k, v in floor.items()}, "floor_total_ms": 1000 * total}
+    result = {
+        "setting": args.setting,
+        "floor_ms": {k: 1000 * v for k, v in floor.items()},
+        "floor_total_ms": 1000 * total,
+    }
     if Path(args.results).exists():
         # The identical-settings table: checkpointing on and the model's own forward, as the floor.
         measured = json.loads(Path(args.results).read_text())["tables"]["identical"]["results"]
         ours, trl = measured["ours"]["median_step_s"], measured["trl"]["median_step_s"]
         print(f"from {args.results} (identical settings): ours {1000 * ours:.1f} ms, TRL {1000 * trl:.1f} ms per step")
-        print(f"floor / TRL = {total / trl:.2f}   ours / TRL = {ours / trl:.2f}   "
-              f"ours above the floor: {1000 * (ours - total):.1f} ms, TRL above it: {1000 * (trl - total):.1f} ms")
+        print(
+            f"floor / TRL = {total / trl:.2f}   ours / TRL = {ours / trl:.2f}   "
+            f"ours above the floor: {1000 * (ours - total):.1f} ms, TRL above it: {1000 * (trl - total):.1f} ms"
+        )
         result.update({"ours_ms": 1000 * ours, "trl_ms": 1000 * trl, "floor_over_trl": total / trl})
     out = Path(f"benchmarks/results/step_floor_{args.setting}.json")
     out.write_text(json.dumps(result, indent=2))

@@ -57,14 +57,36 @@ import time
 from pathlib import Path
 
 SETTINGS = {
-    "tiny": dict(prompts=8, generations=8, max_tokens=32, steps=30, prompts_from="arithmetic", fastest_engine="hf",
-                 fastest_precision="fp32"),
-    "smollm2": dict(prompts=4, generations=8, max_tokens=64, steps=5, prompts_from="arithmetic", fastest_engine="vllm",
-                    fastest_precision="auto"),
+    "tiny": dict(
+        prompts=8,
+        generations=8,
+        max_tokens=32,
+        steps=30,
+        prompts_from="arithmetic",
+        fastest_engine="hf",
+        fastest_precision="fp32",
+    ),
+    "smollm2": dict(
+        prompts=4,
+        generations=8,
+        max_tokens=64,
+        steps=5,
+        prompts_from="arithmetic",
+        fastest_engine="vllm",
+        fastest_precision="auto",
+    ),
     # lr 2e-5 (the recipe's): at the other settings' 3e-4 SmolLM2 collapses within a step or two to
     # near-empty answers in one trainer and not the other, and the step times compare different lengths.
-    "smollm2_rg": dict(prompts=4, generations=8, max_tokens=128, steps=4, prompts_from="reasoning_gym", fastest_engine="vllm",
-                       fastest_precision="auto", lr=2e-5),
+    "smollm2_rg": dict(
+        prompts=4,
+        generations=8,
+        max_tokens=128,
+        steps=4,
+        prompts_from="reasoning_gym",
+        fastest_engine="vllm",
+        fastest_precision="auto",
+        lr=2e-5,
+    ),
 }
 # fastest_precision "auto": bfloat16 autocast for both trainers where a one-thread bfloat16 matmul
 # is at least this many times as fast as a float32 one on this machine (measured per run).
@@ -83,7 +105,9 @@ def prompt_records(count: int, source: str = "arithmetic", tokenizer=None) -> li
     from grpo_lightning.data.reasoning_gym import reasoning_gym_records
 
     train, _ = reasoning_gym_records("chain_sum", size=count, val_fraction=0.0)
-    formatter = PromptFormatter(tokenizer, system_prompt="Reply with only the final answer inside <answer></answer> tags.")
+    formatter = PromptFormatter(
+        tokenizer, system_prompt="Reply with only the final answer inside <answer></answer> tags."
+    )
     return [{"prompt": formatter.text(r["prompt"]), "answer": r["answer"]} for r in train]
 
 
@@ -128,13 +152,32 @@ def trl_config(s: dict, checkpointing: bool, **overrides):
     from trl import GRPOConfig
 
     kwargs = dict(
-        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=s["prompts"] * s["generations"],
-        gradient_accumulation_steps=1, num_generations=s["generations"],
-        max_completion_length=s["max_tokens"], beta=COMMON["beta"], loss_type="grpo",
-        learning_rate=s.get("lr", COMMON["lr"]), lr_scheduler_type="constant", warmup_steps=0, max_steps=s["steps"],
-        temperature=COMMON["temperature"], top_p=1.0, top_k=0, logging_steps=1, report_to=[],
-        save_strategy="no", use_cpu=True, bf16=False, fp16=False, seed=0, dataloader_num_workers=0,
-        max_grad_norm=1.0, num_iterations=1, scale_rewards="group", gradient_checkpointing=checkpointing,
+        output_dir=tempfile.mkdtemp(),
+        per_device_train_batch_size=s["prompts"] * s["generations"],
+        gradient_accumulation_steps=1,
+        num_generations=s["generations"],
+        max_completion_length=s["max_tokens"],
+        beta=COMMON["beta"],
+        loss_type="grpo",
+        learning_rate=s.get("lr", COMMON["lr"]),
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_steps=s["steps"],
+        temperature=COMMON["temperature"],
+        top_p=1.0,
+        top_k=0,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        seed=0,
+        dataloader_num_workers=0,
+        max_grad_norm=1.0,
+        num_iterations=1,
+        scale_rewards="group",
+        gradient_checkpointing=checkpointing,
     )
     kwargs.update(overrides)
     return GRPOConfig(**kwargs)
@@ -179,15 +222,26 @@ def run_trl(setting: str, model_dir: str | None, table: str, trl_vllm: bool = Fa
     config = trl_config(s, checkpointing=table == "identical", bf16=precision == "bf16", **extra)
     dataset = Dataset.from_list(prompt_records(max(64, s["prompts"] * s["steps"]), s["prompts_from"], tokenizer))
     trainer = GRPOTrainer(
-        model=model, reward_funcs=[arithmetic_close], args=config, train_dataset=dataset,
-        processing_class=tokenizer, callbacks=[StepTimes()],
+        model=model,
+        reward_funcs=[arithmetic_close],
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[StepTimes()],
     )
     trainer.train()
     return {"steps": steps}
 
 
-def our_config(setting: str, model: str | None, checkpointing: bool | str = True, steps: int | None = None,
-               engine: str = "hf", hf_decoder: str = "generate", precision: str = "fp32"):
+def our_config(
+    setting: str,
+    model: str | None,
+    checkpointing: bool | str = True,
+    steps: int | None = None,
+    engine: str = "hf",
+    hf_decoder: str = "generate",
+    precision: str = "fp32",
+):
     """Our TrainConfig for a setting: the same values TRL's GRPOConfig gets in run_trl."""
     from grpo_lightning.config import TrainConfig
 
@@ -243,11 +297,19 @@ def run_ours(setting: str, model_dir: str | None, table: str, precision: str = "
 
     fastest = table == "fastest"
     s = SETTINGS[setting]
-    cfg = our_config(setting, model_dir, "auto" if fastest else True, engine=s["fastest_engine"] if fastest else "hf",
-                     hf_decoder="fused" if fastest else "generate", precision=precision)
+    cfg = our_config(
+        setting,
+        model_dir,
+        "auto" if fastest else True,
+        engine=s["fastest_engine"] if fastest else "hf",
+        hf_decoder="fused" if fastest else "generate",
+        precision=precision,
+    )
     run = build_run(cfg)
     if s["prompts_from"] == "reasoning_gym":  # the very prompt strings TRL gets
-        run.datamodule.train_records = prompt_records(max(64, s["prompts"] * s["steps"]), "reasoning_gym", run.tokenizer)
+        run.datamodule.train_records = prompt_records(
+            max(64, s["prompts"] * s["steps"]), "reasoning_gym", run.tokenizer
+        )
     steps: list[dict] = []
 
     class StepTimes(L.Callback):
@@ -263,14 +325,16 @@ def run_ours(setting: str, model_dir: str | None, table: str, precision: str = "
             rollout = module.last_step.rollout
             padded, packed = padding_shares(module, rollout)
             checkpointing = bool(module.policy.is_gradient_checkpointing)
-            steps[-1].update({
-                "generate": rollout.timing["rollout/seconds"],
-                "tokens": float(rollout.completion_mask.sum()),
-                "padding_share_padded": padded,
-                "padding_share_packed": packed,
-                "checkpointing": checkpointing,
-                "train_flops": training_flops(module.policy, rollout, checkpointing, module.cfg.beta),
-            })
+            steps[-1].update(
+                {
+                    "generate": rollout.timing["rollout/seconds"],
+                    "tokens": float(rollout.completion_mask.sum()),
+                    "padding_share_padded": padded,
+                    "padding_share_packed": packed,
+                    "checkpointing": checkpointing,
+                    "train_flops": training_flops(module.policy, rollout, checkpointing, module.cfg.beta),
+                }
+            )
             steps[-1]["bookkeeping"] += time.perf_counter() - start
 
         def on_train_end(self, trainer, module):
@@ -363,13 +427,25 @@ def run_child(trainer: str, args, model_dir: str, table: str, precision: str) ->
     python = sys.executable
     if trainer == "ours" and table == "fastest" and SETTINGS[args.setting].get("fastest_engine") == "vllm":
         python = args.ours_python or python  # our vLLM rollouts need a venv with vLLM
-    command = [python, __file__, "--child", trainer, "--setting", args.setting, "--model-dir", model_dir,
-               "--tables", table, "--precision", precision] + (["--trl-vllm"] if args.trl_vllm else [])
+    command = [
+        python,
+        __file__,
+        "--child",
+        trainer,
+        "--setting",
+        args.setting,
+        "--model-dir",
+        model_dir,
+        "--tables",
+        table,
+        "--precision",
+        precision,
+    ] + (["--trl-vllm"] if args.trl_vllm else [])
     done = subprocess.run(command, capture_output=True, text=True, env=child_environment(trainer))
     line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
     if done.returncode or not line:
         return done.stderr[-3000:]
-    return json.loads(line[-1][len("RESULT "):])
+    return json.loads(line[-1][len("RESULT ") :])
 
 
 def table_precision(table: str, setting: str, choice: str, rates: dict[str, float]) -> str:
@@ -385,17 +461,23 @@ def table_precision(table: str, setting: str, choice: str, rates: dict[str, floa
 
 
 def print_table(table: str, summary: dict, precision: str, rates: dict[str, float]) -> None:
-    rows = [("median step (s)", "median_step_s", "{:.3f}"), ("completion tokens/s", "tokens_per_s", "{:.1f}"),
-            ("generation share", "generation_share", "{:.2f}"), ("peak RSS (MB)", "peak_rss_mb", "{:.0f}")]
+    rows = [
+        ("median step (s)", "median_step_s", "{:.3f}"),
+        ("completion tokens/s", "tokens_per_s", "{:.1f}"),
+        ("generation share", "generation_share", "{:.2f}"),
+        ("peak RSS (MB)", "peak_rss_mb", "{:.0f}"),
+    ]
     print(f"\n{table} settings\n{'metric':<22}{'ours':>10}{'TRL':>10}{'ours/TRL':>10}")
     for label, key, fmt in rows:
         ours, trl = summary["ours"][key], summary["trl"][key]
         print(f"{label:<22}{fmt.format(ours):>10}{fmt.format(trl):>10}{ours / trl:>10.2f}")
     ours = summary["ours"]
-    print(f"both in {precision}; ours: padding share {ours['padding_share_padded']:.2f} padded -> "
-          f"{ours['padding_share_packed']:.2f} packed; checkpointing {ours['checkpointing']}; training phase "
-          f"{ours['train_gflops']:.1f} GFLOP/s ({ours['train_gflops'] / rates[precision]:.0%} of a one-thread "
-          f"{precision} matmul)")
+    print(
+        f"both in {precision}; ours: padding share {ours['padding_share_padded']:.2f} padded -> "
+        f"{ours['padding_share_packed']:.2f} packed; checkpointing {ours['checkpointing']}; training phase "
+        f"{ours['train_gflops']:.1f} GFLOP/s ({ours['train_gflops'] / rates[precision]:.0%} of a one-thread "
+        f"{precision} matmul)"
+    )
 
 
 def main() -> None:
@@ -407,13 +489,16 @@ def main() -> None:
     parser.add_argument("--tables", nargs="+", choices=TABLES, default=list(TABLES), help="which tables to measure")
     parser.add_argument("--trl-vllm", action="store_true", help="fastest table: try TRL's colocated vLLM mode")
     parser.add_argument(
-        "--fastest-precision", choices=["setting", "auto", "fp32", "bf16"], default="setting",
+        "--fastest-precision",
+        choices=["setting", "auto", "fp32", "bf16"],
+        default="setting",
         help="precision of both trainers in the fastest table: setting (the setting's rule: auto for SmolLM2, "
         "fp32 for the tiny model), auto (bf16 where its matmul is BF16_MIN_SPEEDUP x faster here), fp32, bf16",
     )
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help=argparse.SUPPRESS)
     parser.add_argument(
-        "--ours-python", default=str(OURS_PYTHON) if OURS_PYTHON.exists() else None,
+        "--ours-python",
+        default=str(OURS_PYTHON) if OURS_PYTHON.exists() else None,
         help="interpreter for our runs that roll out with vLLM (the SmolLM2 fastest tables): default the "
         "project's .venv from make, which has the CPU build of vLLM that .venv-bench lacks. Every other run "
         "uses this interpreter, so both trainers import the same packages (peak RSS compares like with like)",
@@ -431,8 +516,15 @@ def main() -> None:
     # Measured first, on an idle machine: they decide the fastest table's precision.
     rates = {dtype: matmul_gflops(dtype=dtype) for dtype in ("fp32", "bf16")}
     print(f"one-thread matmul: fp32 {rates['fp32']:.1f} GFLOP/s, bf16 {rates['bf16']:.1f} GFLOP/s", file=sys.stderr)
-    results: dict = {"setting": args.setting, "config": s, "common": COMMON, "threads": 1, "tables": {},
-                     "matmul_gflops_one_thread": rates["fp32"], "matmul_gflops_one_thread_bf16": rates["bf16"]}
+    results: dict = {
+        "setting": args.setting,
+        "config": s,
+        "common": COMMON,
+        "threads": 1,
+        "tables": {},
+        "matmul_gflops_one_thread": rates["fp32"],
+        "matmul_gflops_one_thread_bf16": rates["bf16"],
+    }
     for table in args.tables:
         precision = table_precision(table, args.setting, args.fastest_precision, rates)
         runs: dict[str, list] = {"ours": [], "trl": []}
@@ -444,8 +536,10 @@ def main() -> None:
                 if isinstance(out, str) and trainer == "trl" and table == "fastest" and args.trl_vllm:
                     errors = [l for l in out.splitlines() if "Error" in l or "Exception" in l]
                     failures["trl_vllm"] = (errors or out.strip().splitlines())[-1].strip()
-                    print(f"TRL's colocated vLLM mode failed ({failures['trl_vllm']}); TRL runs with HF generate",
-                          file=sys.stderr)
+                    print(
+                        f"TRL's colocated vLLM mode failed ({failures['trl_vllm']}); TRL runs with HF generate",
+                        file=sys.stderr,
+                    )
                     args.trl_vllm = False
                     out = run_child(trainer, args, model_dir, table, precision)
                 if isinstance(out, str):
@@ -457,8 +551,10 @@ def main() -> None:
         for name, why in failures.items():
             print(f"left out: {name}: {why}")
     print(f"\none-thread matmul: fp32 {rates['fp32']:.1f} GFLOP/s, bf16 {rates['bf16']:.1f} GFLOP/s")
-    print(f"setting {args.setting}: {s['prompts']} prompts x {s['generations']} generations x {s['max_tokens']} tokens, "
-          f"{s['steps']} steps x {args.repeats} runs each (first {args.warmup} dropped), 1 thread")
+    print(
+        f"setting {args.setting}: {s['prompts']} prompts x {s['generations']} generations x {s['max_tokens']} tokens, "
+        f"{s['steps']} steps x {args.repeats} runs each (first {args.warmup} dropped), 1 thread"
+    )
     import trl
 
     results["trl_version"] = trl.__version__

@@ -47,11 +47,13 @@ class SyncTimes(L.Callback):
         if self.start is None:
             return
         synced = self.sync.num_syncs > self.syncs
-        self.steps.append({
-            "seconds": time.perf_counter() - self.start,
-            "sync_seconds": self.sync.last_sync_seconds if synced else 0.0,
-            "probe_diff": self.sync.last_probe_diff if synced else None,
-        })
+        self.steps.append(
+            {
+                "seconds": time.perf_counter() - self.start,
+                "sync_seconds": self.sync.last_sync_seconds if synced else 0.0,
+                "probe_diff": self.sync.last_probe_diff if synced else None,
+            }
+        )
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         self._close_step()
@@ -67,7 +69,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--skip", type=int, default=1, help="first steps left out (engine warm-up)")
     parser.add_argument("--json", default=None, help="default: benchmarks/results/weight_sync[_server].json")
-    parser.add_argument("--server", action="store_true", help="sync into a launched vLLM server instead of the in-process engine")
+    parser.add_argument(
+        "--server", action="store_true", help="sync into a launched vLLM server instead of the in-process engine"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -86,11 +90,23 @@ def main() -> None:
     sync_s = statistics.median(s["sync_seconds"] for s in measured)
     probe = max(s["probe_diff"] for s in measured if s["probe_diff"] is not None)
     run.module.rollout.shutdown()
-    result = {"model": args.model, "engine": "server" if args.server else "in process", "steps_measured": len(measured), "median_step_s": step,
-              "median_sync_s": sync_s, "sync_share": sync_s / step, "max_probe_diff": probe, "steps": measured}
-    print(f"model {args.model}, vLLM {'server' if args.server else 'in process'}, 4 prompts x 8 generations x 64 tokens, 1 thread")
-    print(f"median step {step:.2f} s, median weight sync {sync_s:.3f} s: {100 * sync_s / step:.2f}% of the step; "
-          f"largest engine - policy probe log-prob difference after a sync: {probe:.1e}")
+    result = {
+        "model": args.model,
+        "engine": "server" if args.server else "in process",
+        "steps_measured": len(measured),
+        "median_step_s": step,
+        "median_sync_s": sync_s,
+        "sync_share": sync_s / step,
+        "max_probe_diff": probe,
+        "steps": measured,
+    }
+    print(
+        f"model {args.model}, vLLM {'server' if args.server else 'in process'}, 4 prompts x 8 generations x 64 tokens, 1 thread"
+    )
+    print(
+        f"median step {step:.2f} s, median weight sync {sync_s:.3f} s: {100 * sync_s / step:.2f}% of the step; "
+        f"largest engine - policy probe log-prob difference after a sync: {probe:.1e}"
+    )
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=2))
     print(f"wrote {args.json}")

@@ -30,7 +30,9 @@ def main(overrides: list[str]) -> None:
     metrics = run.trainer(cfg).validate(run.module, datamodule=run.datamodule, verbose=False)[0]
     print({k: round(v, 4) for k, v in metrics.items()}, f"({time.perf_counter() - start:.0f} s)")
     for sample in run.module.evaluator.last_samples[:5]:
-        print(("ok  " if sample["correct"] else "bad ") + repr(sample["completion"][-160:]), "| answer", sample["answer"])
+        print(
+            ("ok  " if sample["correct"] else "bad ") + repr(sample["completion"][-160:]), "| answer", sample["answer"]
+        )
 
 
 if __name__ == "__main__":

@@ -97,8 +97,13 @@ def build_datamodule(cfg: TrainConfig) -> PromptDataModule:
     batches = -(-cfg.trainer.max_steps // cfg.algorithm.num_iterations)
     lookahead = cfg.rollout.max_staleness if cfg.rollout.mode == "async" else 0
     return PromptDataModule(
-        train, val[: cfg.eval.num_prompts], cfg.rollout.prompts_per_step, seed=cfg.trainer.seed,
-        num_batches=batches, val_batch_size=cfg.eval.batch_size, lookahead=lookahead,
+        train,
+        val[: cfg.eval.num_prompts],
+        cfg.rollout.prompts_per_step,
+        seed=cfg.trainer.seed,
+        num_batches=batches,
+        val_batch_size=cfg.eval.batch_size,
+        lookahead=lookahead,
     )
 
 
@@ -138,9 +143,7 @@ def build_logger(cfg: TrainConfig, logged_config: dict | None = None) -> Logger 
     if offline is None:
         offline = not os.environ.get("WANDB_API_KEY")
     out.mkdir(parents=True, exist_ok=True)
-    logger = WandbLogger(
-        project=cfg.logger.project, name=cfg.logger.run_name, save_dir=str(out), offline=offline
-    )
+    logger = WandbLogger(project=cfg.logger.project, name=cfg.logger.run_name, save_dir=str(out), offline=offline)
     logger.log_hyperparams(logged_config if logged_config is not None else asdict(cfg))
     return logger
 
@@ -154,9 +157,18 @@ def build_engine_factory(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase):
 
         s = v.server
         server = ServerSettings(
-            url=s.url, launch=s.launch, host=s.host, port=s.port, timeout_s=s.timeout_s,
-            start_timeout_s=s.start_timeout_s, concurrency=s.concurrency, sync_dir=s.sync_dir, dtype=v.dtype,
-            max_model_len=v.max_model_len, kv_cache_gib=v.kv_cache_gib, enforce_eager=v.enforce_eager,
+            url=s.url,
+            launch=s.launch,
+            host=s.host,
+            port=s.port,
+            timeout_s=s.timeout_s,
+            start_timeout_s=s.start_timeout_s,
+            concurrency=s.concurrency,
+            sync_dir=s.sync_dir,
+            dtype=v.dtype,
+            max_model_len=v.max_model_len,
+            kv_cache_gib=v.kv_cache_gib,
+            enforce_eager=v.enforce_eager,
             seed=cfg.trainer.seed,
         )
         return lambda policy: VLLMServerEngine.from_policy(policy, tokenizer, server)
@@ -164,19 +176,26 @@ def build_engine_factory(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase):
         from grpo_lightning.rollout.vllm import VLLMEngine, VLLMSettings
 
         settings = VLLMSettings(
-            in_process=v.in_process, kv_cache_gib=v.kv_cache_gib, gpu_memory_utilization=v.gpu_memory_utilization,
-            max_model_len=v.max_model_len, dtype=v.dtype, enforce_eager=v.enforce_eager, seed=cfg.trainer.seed,
+            in_process=v.in_process,
+            kv_cache_gib=v.kv_cache_gib,
+            gpu_memory_utilization=v.gpu_memory_utilization,
+            max_model_len=v.max_model_len,
+            dtype=v.dtype,
+            enforce_eager=v.enforce_eager,
+            seed=cfg.trainer.seed,
         )
         return lambda policy: VLLMEngine.from_policy(policy, tokenizer, settings)
     return lambda policy: HFEngine(
-        policy, tokenizer.pad_token_id, tokenizer.eos_token_id, r.generation_batch_size,
-        progress_min_tokens=r.progress_min_tokens, decoder=r.hf_decoder,
+        policy,
+        tokenizer.pad_token_id,
+        tokenizer.eos_token_id,
+        r.generation_batch_size,
+        progress_min_tokens=r.progress_min_tokens,
+        decoder=r.hf_decoder,
     )
 
 
-def build_run(
-    cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_config: dict | None = None
-) -> Run:
+def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_config: dict | None = None) -> Run:
     """Validate first (before any model loads), then build module, data, callbacks, logger.
 
     ``engine`` reuses a running engine (e.g. one vLLM engine for a whole notebook or test
@@ -209,9 +228,13 @@ def build_run(
         sampling=SamplingSettings(r.max_new_tokens, r.temperature, r.top_p, r.top_k),
         seed=cfg.trainer.seed,
         formatter=PromptFormatter(
-            tokenizer, cfg.task.system_prompt, cfg.task.instruction, use_chat_template=cfg.task.chat_template,
+            tokenizer,
+            cfg.task.system_prompt,
+            cfg.task.instruction,
+            use_chat_template=cfg.task.chat_template,
             max_tokens=max_prompt_tokens(getattr(policy.config, "max_position_embeddings", None), cfg)
-            if cfg.task.truncate_prompts else None,
+            if cfg.task.truncate_prompts
+            else None,
         ),
         weight_sync=WeightSync(v.sync_every, v.verify_sync, v.verify_tolerance),
         **extra,
@@ -219,8 +242,12 @@ def build_run(
     if r.dynamic_sampling:
         rollout.dynamic = DynamicSampling(datamodule.train_records, r.max_sampling_rounds)
     module = GRPOModule(
-        policy, cfg.algorithm, rollout=rollout, correctness_reward=cfg.task.correctness_reward,
-        eval_max_new_tokens=cfg.eval.max_new_tokens, eval_pass_k=cfg.eval.pass_k,
+        policy,
+        cfg.algorithm,
+        rollout=rollout,
+        correctness_reward=cfg.task.correctness_reward,
+        eval_max_new_tokens=cfg.eval.max_new_tokens,
+        eval_pass_k=cfg.eval.pass_k,
         auto_checkpointing=checkpointing_mode(cfg.model.gradient_checkpointing) == "auto",
     )
     if cfg.model.compile:
@@ -231,7 +258,10 @@ def build_run(
         callbacks.append(health)
     t = cfg.trainer
     checkpoints = RunCheckpoints(
-        t.output_dir, tokenizer, every_n_steps=t.checkpoint_every_n_steps, keep=t.keep_checkpoints,
+        t.output_dir,
+        tokenizer,
+        every_n_steps=t.checkpoint_every_n_steps,
+        keep=t.keep_checkpoints,
         export_every_n_steps=t.export_every_n_steps,
     )
     callbacks.append(checkpoints)

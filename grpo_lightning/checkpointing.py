@@ -50,6 +50,7 @@ def say(message: str) -> None:
     """A line for the user on stderr (rank zero only)."""
     print(f"[grpo_lightning] {message}", file=sys.stderr, flush=True)
 
+
 _NAME = re.compile(r"^step_(\d+)\.ckpt$")
 
 
@@ -95,8 +96,13 @@ class RunCheckpoints(L.Callback):
     """Periodic atomic checkpoints, the exported model, and the stop on SIGINT / SIGTERM."""
 
     def __init__(
-        self, output_dir: str | Path, tokenizer, every_n_steps: int = 0, keep: int = 2,
-        export_every_n_steps: int = 0, handle_signals: bool = True,
+        self,
+        output_dir: str | Path,
+        tokenizer,
+        every_n_steps: int = 0,
+        keep: int = 2,
+        export_every_n_steps: int = 0,
+        handle_signals: bool = True,
     ):
         self.output_dir = Path(output_dir)
         self.tokenizer = tokenizer

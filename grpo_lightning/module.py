@@ -136,8 +136,7 @@ def adamw_can_fuse(params: list[torch.Tensor]) -> bool:
     faster step; TRL's default) for plain floating-point tensors on CPU or CUDA. FSDP2's
     sharded parameters (DTensors) keep the default implementation."""
     return bool(params) and all(
-        type(p) is torch.nn.Parameter and p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point
-        for p in params
+        type(p) is torch.nn.Parameter and p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params
     )
 
 
@@ -175,8 +174,11 @@ class GRPOModule(L.LightningModule):
         self.evaluator: Evaluator | None = None
         if rollout is not None and correctness_reward is not None:
             self.evaluator = Evaluator(
-                rollout, correctness_reward, eval_max_new_tokens or rollout.sampling.max_new_tokens,
-                pass_k=eval_pass_k, seed=rollout.seed,
+                rollout,
+                correctness_reward,
+                eval_max_new_tokens or rollout.sampling.max_new_tokens,
+                pass_k=eval_pass_k,
+                seed=rollout.seed,
             )
         self.forward_pass = CompletionLogProbs(self.cfg.logprob_chunk_mb, self.cfg.pack_sequences)
         self.auto_checkpointing = auto_checkpointing
@@ -251,7 +253,9 @@ class GRPOModule(L.LightningModule):
             in_loss=in_loss,
         )
 
-    def accumulate_gradients(self, rollout: RolloutBatch, prepared: PreparedBatch, record_old: bool = False) -> PassStats:
+    def accumulate_gradients(
+        self, rollout: RolloutBatch, prepared: PreparedBatch, record_old: bool = False
+    ) -> PassStats:
         """One pass: forward and backward over every micro-batch, gradients summed exactly.
 
         A non-finite micro-batch loss marks the pass (the caller then skips the optimizer
@@ -265,7 +269,8 @@ class GRPOModule(L.LightningModule):
         if record_old:
             shape = rollout.completion_ids.shape
             old = TokenLogProbs(
-                logp=torch.zeros(shape, device=self.device), entropy=None,
+                logp=torch.zeros(shape, device=self.device),
+                entropy=None,
                 finite=torch.ones(shape, dtype=torch.bool, device=self.device),
             )
         scale = self._world_size()  # DDP averages gradients over ranks; we want their sum
@@ -274,8 +279,14 @@ class GRPOModule(L.LightningModule):
         sums: list[torch.Tensor] = []  # per micro-batch, on the device
         for index, mb in enumerate(batches):
             logprobs = self.completion_log_probs(
-                self.policy, mb.input_ids, mb.attention_mask, mb.prompt_width, rollout.temperature, with_entropy=True,
-                entropy_grad=self.cfg.entropy_coef > 0, packed=lambda: mb.packed,
+                self.policy,
+                mb.input_ids,
+                mb.attention_mask,
+                mb.prompt_width,
+                rollout.temperature,
+                with_entropy=True,
+                entropy_grad=self.cfg.entropy_coef > 0,
+                packed=lambda: mb.packed,
             )
             terms = micro_batch_loss(logprobs, mb, prepared, self.cfg)
             if record_old:
@@ -292,15 +303,25 @@ class GRPOModule(L.LightningModule):
                 self._record_importance(terms, stats)
             finite_loss = torch.isfinite(terms.loss.detach())
             counted = {
-                "loss": terms.loss, "policy_loss": terms.policy, "kl_loss": terms.kl, "kl_sum": terms.kl_sum,
-                "kept_tokens": terms.token_mask.sum(), "entropy_sum": terms.entropy_sum,
-                "clip_low_sum": terms.clip_low_sum, "clip_high_sum": terms.clip_high_sum,
+                "loss": terms.loss,
+                "policy_loss": terms.policy,
+                "kl_loss": terms.kl,
+                "kl_sum": terms.kl_sum,
+                "kept_tokens": terms.token_mask.sum(),
+                "entropy_sum": terms.entropy_sum,
+                "clip_low_sum": terms.clip_low_sum,
+                "clip_high_sum": terms.clip_high_sum,
             }
             # A non-finite micro-batch adds nothing to the sums (the step is skipped anyway).
-            sums.append(torch.stack([
-                *(torch.where(finite_loss, counted[name].detach().float(), 0.0) for name in _PASS_SUMS),
-                (~terms.kept).sum().float(), (~finite_loss).float(),
-            ]))
+            sums.append(
+                torch.stack(
+                    [
+                        *(torch.where(finite_loss, counted[name].detach().float(), 0.0) for name in _PASS_SUMS),
+                        (~terms.kept).sum().float(),
+                        (~finite_loss).float(),
+                    ]
+                )
+            )
         if sums:
             *totals, dropped, nonfinite = torch.stack(sums).sum(dim=0).tolist()
             for name, total in zip(_PASS_SUMS, totals):
@@ -348,21 +369,32 @@ class GRPOModule(L.LightningModule):
             result.skipped.append(reason)
         optimizer.zero_grad(set_to_none=True)
         if self.counters.consecutive_skips >= self.cfg.max_consecutive_skips:
-            raise NonFiniteTrainingError(
-                self.counters.diagnosis(reason, self.global_step, self.cfg.lr, self.cfg.beta)
-            )
+            raise NonFiniteTrainingError(self.counters.diagnosis(reason, self.global_step, self.cfg.lr, self.cfg.beta))
 
     # ----------------------------------------------------------------------- log-probs
     def completion_log_probs(
-        self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-        prompt_width: int, temperature: float, with_entropy: bool = False, entropy_grad: bool = False,
+        self,
+        model: nn.Module,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        prompt_width: int,
+        temperature: float,
+        with_entropy: bool = False,
+        entropy_grad: bool = False,
         packed: Callable[[], PackedMicroBatch] | None = None,
     ) -> TokenLogProbs:
         """Float32 log-probs [B, C] of the completion tokens (columns from ``prompt_width`` on),
         packed without padding when ``algorithm.pack_sequences`` (:class:`CompletionLogProbs`;
         ``packed`` returns the rows packed already)."""
         return self.forward_pass(
-            model, input_ids, attention_mask, prompt_width, temperature, with_entropy, entropy_grad, packed=packed,
+            model,
+            input_ids,
+            attention_mask,
+            prompt_width,
+            temperature,
+            with_entropy,
+            entropy_grad,
+            packed=packed,
         )
 
     def _micro_batches(self, rollout: RolloutBatch):
@@ -399,7 +431,12 @@ class GRPOModule(L.LightningModule):
         finite = torch.ones(shape, dtype=torch.bool, device=self.device)
         for mb in batches:
             out = self.completion_log_probs(
-                model, mb.input_ids, mb.attention_mask, mb.prompt_width, rollout.temperature, packed=lambda: mb.packed,
+                model,
+                mb.input_ids,
+                mb.attention_mask,
+                mb.prompt_width,
+                rollout.temperature,
+                packed=lambda: mb.packed,
             )
             logp[mb.rows, : mb.num_cols] = out.logp
             finite[mb.rows, : mb.num_cols] = out.finite
@@ -540,8 +577,15 @@ class GRPOModule(L.LightningModule):
         self.last_metrics = metrics  # to the loggers after the weight sync (on_train_batch_end)
         for key in CALLBACK_METRICS:
             if key in metrics:
-                self.log(key, metrics[key], prog_bar=key in _PROGRESS_BAR_METRICS, logger=False, on_step=True,
-                         on_epoch=False, batch_size=rollout.num_sequences)
+                self.log(
+                    key,
+                    metrics[key],
+                    prog_bar=key in _PROGRESS_BAR_METRICS,
+                    logger=False,
+                    on_step=True,
+                    on_epoch=False,
+                    batch_size=rollout.num_sequences,
+                )
 
     # ----------------------------------------------------------------------- optimizer
     def configure_optimizers(self):

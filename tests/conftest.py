@@ -37,9 +37,7 @@ def policy(tokenizer):
     return build_tiny_policy(tokenizer, seed=0)
 
 
-def make_generator(
-    policy, tokenizer, num_generations=4, max_new_tokens=8, seed=0, rewards=None, **sampling
-):
+def make_generator(policy, tokenizer, num_generations=4, max_new_tokens=8, seed=0, rewards=None, **sampling):
     """A real RolloutGenerator over the HF engine, usable without a Trainer."""
     return RolloutGenerator(
         engine=HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id),
@@ -71,6 +69,7 @@ def rollout(policy, tokenizer):
     lengths = batch.completion_mask.sum(dim=1)
     assert lengths.min() < lengths.max(), "the fixture needs completions of varied lengths"
     return batch
+
 
 @dataclass
 class SessionEngine:
@@ -111,6 +110,7 @@ def vllm_session() -> SessionEngine:
     yield SessionEngine(engine, tokenizer, before, after, replaced)
     engine.close()
 
+
 def make_config(steps: int, seed: int = 0, **overrides) -> TrainConfig:
     """The default config with ``max_steps``, ``seed`` and dotted overrides ("algorithm.beta": 0.0)."""
     cfg = TrainConfig()
@@ -150,7 +150,9 @@ def run_worker(command: list[str], timeout: float, what: str) -> None:
     import signal
     import subprocess
 
-    worker = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    worker = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         _, stderr = worker.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

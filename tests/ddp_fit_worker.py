@@ -66,7 +66,10 @@ class SharedPromptsDataModule(PromptDataModule):
         loader = super().train_dataloader()
         sampler = PromptSampler(len(self.train_records), len(loader.sampler), seed=self.seed)
         return torch.utils.data.DataLoader(
-            self.train_records, batch_size=self.prompts_per_step, sampler=sampler, drop_last=True,
+            self.train_records,
+            batch_size=self.prompts_per_step,
+            sampler=sampler,
+            drop_last=True,
             collate_fn=loader.collate_fn,
         )
 
@@ -109,7 +112,9 @@ def main(scenario: str, out_dir: str, steps: int) -> None:
     run = build_run(cfg)
     if scenario in ("f2_fault", "f2_twin"):
         dm = run.datamodule
-        run.datamodule = SharedPromptsDataModule(dm.train_records, dm.val_records, dm.prompts_per_step, dm.seed, dm.num_batches)
+        run.datamodule = SharedPromptsDataModule(
+            dm.train_records, dm.val_records, dm.prompts_per_step, dm.seed, dm.num_batches
+        )
     recorder = Recorder()
     overrides = {} if scenario.startswith("fsdp") else {"strategy": "ddp"}
     trainer = run.trainer(cfg, callbacks=[*run.callbacks, recorder], enable_progress_bar=False, **overrides)
@@ -139,14 +144,19 @@ def main(scenario: str, out_dir: str, steps: int) -> None:
         "global_step": trainer.global_step,
         "seeds": SEEDS_USED,
         "prompts": recorder.prompts,
-        "alerts": [{"check": a.check, "failure": a.failure, "step": a.step, "text": a.text, "values": a.values} for a in run.health.alerts],
+        "alerts": [
+            {"check": a.check, "failure": a.failure, "step": a.step, "text": a.text, "values": a.values}
+            for a in run.health.alerts
+        ],
         "metrics": run.health.last_metrics,
         "skipped_steps_total": run.module.counters.skipped_steps,
         "weights_checksum": float(sum(full(p).double().sum() for p in run.module.policy.parameters())),
         "weights_abs_sum": float(sum(full(p).double().abs().sum() for p in run.module.policy.parameters())),
         "local_fraction": sum(local(p).numel() for p in run.module.policy.parameters())
         / sum(p.numel() for p in run.module.policy.parameters()),
-        "adapters_abs_sum": float(sum(full(p).abs().sum() for n, p in run.module.policy.named_parameters() if "lora_B" in n)),
+        "adapters_abs_sum": float(
+            sum(full(p).abs().sum() for n, p in run.module.policy.named_parameters() if "lora_B" in n)
+        ),
         "strategy": type(trainer.strategy).__name__,
     }
     Path(out_dir, f"rank_{trainer.global_rank}.json").write_text(json.dumps(report))

@@ -40,17 +40,27 @@ def fixed_batch() -> RolloutBatch:
     completion_ids = torch.randint(3, 19, (n, MAX_NEW), generator=g) * completion_mask
     rewards = torch.rand(n, generator=g)
     return RolloutBatch(
-        prompt_ids=prompt_ids, prompt_mask=torch.ones_like(prompt_ids), completion_ids=completion_ids,
-        completion_mask=completion_mask, rewards=rewards, group_size=GROUP_SIZE, max_new_tokens=MAX_NEW,
+        prompt_ids=prompt_ids,
+        prompt_mask=torch.ones_like(prompt_ids),
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        rewards=rewards,
+        group_size=GROUP_SIZE,
+        max_new_tokens=MAX_NEW,
         temperature=1.0,
     )
 
 
 def rows(batch: RolloutBatch, part: slice) -> RolloutBatch:
     return RolloutBatch(
-        prompt_ids=batch.prompt_ids[part], prompt_mask=batch.prompt_mask[part],
-        completion_ids=batch.completion_ids[part], completion_mask=batch.completion_mask[part],
-        rewards=batch.rewards[part], group_size=GROUP_SIZE, max_new_tokens=MAX_NEW, temperature=1.0,
+        prompt_ids=batch.prompt_ids[part],
+        prompt_mask=batch.prompt_mask[part],
+        completion_ids=batch.completion_ids[part],
+        completion_mask=batch.completion_mask[part],
+        rewards=batch.rewards[part],
+        group_size=GROUP_SIZE,
+        max_new_tokens=MAX_NEW,
+        temperature=1.0,
     )
 
 

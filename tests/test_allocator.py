@@ -40,8 +40,8 @@ def returned_mb(setting: str) -> float:
 
 def test_freed_tensors_go_back_to_the_os_only_with_the_setting():
     on, off = returned_mb("on"), returned_mb("off")
-    assert on > 14, on      # all 16 MiB (each 2 MiB block unmapped at once)
-    assert off < 2, off     # the heap keeps them
+    assert on > 14, on  # all 16 MiB (each 2 MiB block unmapped at once)
+    assert off < 2, off  # the heap keeps them
 
 
 def test_build_run_applies_the_setting(monkeypatch):
@@ -75,8 +75,9 @@ def huge_pages_probe(order: str, **env: str) -> tuple[bool, int, str]:
     import os
 
     environment = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"} | env
-    out = subprocess.run([sys.executable, "-c", HUGE_PAGES_PROBE, order], capture_output=True, text=True,
-                         check=True, env=environment)
+    out = subprocess.run(
+        [sys.executable, "-c", HUGE_PAGES_PROBE, order], capture_output=True, text=True, check=True, env=environment
+    )
     active, huge_kb, report = out.stdout.strip().splitlines()[-3:]
     return active == "True", int(huge_kb), report
 

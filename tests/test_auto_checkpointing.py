@@ -64,7 +64,10 @@ def test_an_unknown_mode_is_an_error_naming_the_field(config_factory):
     from grpo_lightning.config import validate_config
 
     cfg = config_factory(1, **{"model.gradient_checkpointing": "sometimes"})
-    with pytest.raises(ValueError, match=r"model.gradient_checkpointing='sometimes' is not allowed; choose one of \['auto', 'true', 'false'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"model.gradient_checkpointing='sometimes' is not allowed; choose one of \['auto', 'true', 'false'\]",
+    ):
         validate_config(cfg)
 
 

@@ -19,7 +19,11 @@ def train(*args, cwd: Path) -> subprocess.CompletedProcess:
     env.pop("WANDB_API_KEY", None)
     return subprocess.run(
         [sys.executable, "-m", "grpo_lightning.train", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -51,8 +55,12 @@ def test_cli_rejects_a_bad_override_naming_the_field(tmp_path):
 
 def test_cli_multirun_over_loss_modes(tmp_path):
     result = train(
-        "-m", *SHORT, "logger=csv", "algorithm.loss_agg=token_mean,seq_mean_token_mean",
-        f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path,
+        "-m",
+        *SHORT,
+        "logger=csv",
+        "algorithm.loss_agg=token_mean,seq_mean_token_mean",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     for job in ("0", "1"):

@@ -68,7 +68,9 @@ def test_compile_with_fsdp_is_refused_naming_both_fields():
 
 
 def test_a_model_without_decoder_layers_is_refused_with_the_fix():
-    with pytest.raises(ValueError, match=r"model.compile=true: cannot find the decoder layers of Linear .* model.compile=false"):
+    with pytest.raises(
+        ValueError, match=r"model.compile=true: cannot find the decoder layers of Linear .* model.compile=false"
+    ):
         layers_to_compile(torch.nn.Linear(2, 2))
 
 

@@ -80,7 +80,12 @@ def test_a_group_option_holds_only_what_differs_from_the_defaults(option):
     if path.read_text().startswith("# @package _global_"):
         # A preset spanning groups (+preset=dapo): each group it sets is merged onto the
         # default config with the group options its defaults list overrides.
-        overrides = [f"{k.removeprefix('override /')}={v}" for d in raw.pop("defaults", []) if d != "_self_" for k, v in d.items()]
+        overrides = [
+            f"{k.removeprefix('override /')}={v}"
+            for d in raw.pop("defaults", [])
+            if d != "_self_"
+            for k, v in d.items()
+        ]
         with initialize_config_dir(config_dir=CONF, version_base="1.3"):
             base = OmegaConf.to_container(compose("train", overrides=overrides), resolve=False)
         repeated = [r for key, value in raw.items() for r in repeated_values(value, base[key], key)]

@@ -29,15 +29,23 @@ def hand_assembled(correctness_reward: str | None):
         num_generations=4,
         sampling=SamplingSettings(max_new_tokens=4),
     )
-    module = GRPOModule(policy, AlgorithmConfig(micro_batch_size=16), rollout=rollout, correctness_reward=correctness_reward)
+    module = GRPOModule(
+        policy, AlgorithmConfig(micro_batch_size=16), rollout=rollout, correctness_reward=correctness_reward
+    )
     train, val = arithmetic_records()
     return module, PromptDataModule(train, val[:8], prompts_per_step=4, num_batches=3, val_batch_size=8)
 
 
 def plain_trainer(max_steps: int = 3, **kwargs) -> L.Trainer:
     return L.Trainer(
-        max_steps=max_steps, max_epochs=1, logger=False, enable_progress_bar=False, enable_checkpointing=False,
-        enable_model_summary=False, num_sanity_val_steps=0, **kwargs,
+        max_steps=max_steps,
+        max_epochs=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        **kwargs,
     )
 
 
@@ -53,7 +61,9 @@ def test_a_plain_trainer_trains_and_validates_the_hand_assembled_pieces():
     assert module.last_step.rollout.num_sequences == 16
     # Every step metric is the module's last_metrics (and goes to the loggers); the ones callbacks
     # monitor are also Lightning's callback metrics.
-    assert {"reward/mean", "reward/frac_zero_std", "policy/entropy", "completions/mean_length"} <= set(module.last_metrics)
+    assert {"reward/mean", "reward/frac_zero_std", "policy/entropy", "completions/mean_length"} <= set(
+        module.last_metrics
+    )
     assert float(trainer.callback_metrics["reward/mean"]) == pytest.approx(module.last_metrics["reward/mean"])
     assert 0.0 <= float(trainer.callback_metrics["val/accuracy"]) <= 1.0
     assert len(module.evaluator.last_samples) == 8

@@ -45,9 +45,13 @@ def test_every_file_kind_gives_the_same_records(tmp_path, kind):
 
     data = datasets.Dataset.from_list(ROWS)
     path = tmp_path / f"p.{kind}"
-    {"jsonl": lambda: data.to_json(path), "json": lambda: data.to_json(path, lines=False),
-     "csv": lambda: data.to_csv(path), "parquet": lambda: data.to_parquet(path),
-     "save_to_disk": lambda: data.save_to_disk(path)}[kind]()
+    {
+        "jsonl": lambda: data.to_json(path),
+        "json": lambda: data.to_json(path, lines=False),
+        "csv": lambda: data.to_csv(path),
+        "parquet": lambda: data.to_parquet(path),
+        "save_to_disk": lambda: data.save_to_disk(path),
+    }[kind]()
     dm = build_datamodule(dataset_config(path))
     records = sorted(dm.train_records, key=lambda r: r["prompt"])
     assert [r["prompt"] for r in records] == [r["prompt"] for r in ROWS]
@@ -71,11 +75,31 @@ def test_held_out_split_from_val_path_or_val_fraction(tmp_path):
     [
         ([{"question": "1+1="}], {}, r"has no column 'prompt' \(task.prompt_column\); its columns are \['question'\]"),
         ([{"q": "1+1="}], {"prompt_column": "question"}, r"has no column 'question'.*its columns are \['q'\]"),
-        ([{"prompt": "1+1="}, {"prompt": "  "}], {}, r"p.jsonl row 1: column 'prompt' is empty; give every row a prompt, or drop the row"),
-        ([{"prompt": "1+1="}, {"prompt": "what is 1+1?"}], {}, r"p.jsonl row 1: the tokenizer cannot encode the characters \['a', 'h', 'i', 's', 't', 'w'\] of prompt 'what is 1\+1\?' \(it would turn them into '<pad>'\); remove them"),
-        ([{"prompt": "1" * 125}], {}, r"p.jsonl row 0: the prompt '1111.*' is 125 tokens, more than the model's context minus rollout.max_new_tokens \(124\)"),
-        ([{"prompt": [{"role": "robot", "content": "hi"}]}], {}, r"p.jsonl row 0: column 'prompt': message .* needs a role in \['system', 'user', 'assistant'\]"),
-        ([{"prompt": [{"role": "user", "content": "1+1="}]}], {}, r"p.jsonl row 0: the prompt is a list of chat messages but the tokenizer has no chat template"),
+        (
+            [{"prompt": "1+1="}, {"prompt": "  "}],
+            {},
+            r"p.jsonl row 1: column 'prompt' is empty; give every row a prompt, or drop the row",
+        ),
+        (
+            [{"prompt": "1+1="}, {"prompt": "what is 1+1?"}],
+            {},
+            r"p.jsonl row 1: the tokenizer cannot encode the characters \['a', 'h', 'i', 's', 't', 'w'\] of prompt 'what is 1\+1\?' \(it would turn them into '<pad>'\); remove them",
+        ),
+        (
+            [{"prompt": "1" * 125}],
+            {},
+            r"p.jsonl row 0: the prompt '1111.*' is 125 tokens, more than the model's context minus rollout.max_new_tokens \(124\)",
+        ),
+        (
+            [{"prompt": [{"role": "robot", "content": "hi"}]}],
+            {},
+            r"p.jsonl row 0: column 'prompt': message .* needs a role in \['system', 'user', 'assistant'\]",
+        ),
+        (
+            [{"prompt": [{"role": "user", "content": "1+1="}]}],
+            {},
+            r"p.jsonl row 0: the prompt is a list of chat messages but the tokenizer has no chat template",
+        ),
         ([{"prompt": 7}], {}, r"row 0: column 'prompt' must be a string or a list of chat messages"),
     ],
 )
@@ -89,7 +113,9 @@ def test_bad_paths_are_named(tmp_path):
     with pytest.raises(DataError, match=r"task.path='.*nope.jsonl': no such file or folder"):
         build_datamodule(dataset_config(tmp_path / "nope.jsonl"))
     (tmp_path / "p.txt").write_text("1+1=\n")
-    with pytest.raises(DataError, match=r"unsupported file type '.txt'; use one of \['.csv', '.json', '.jsonl', '.parquet'\]"):
+    with pytest.raises(
+        DataError, match=r"unsupported file type '.txt'; use one of \['.csv', '.json', '.jsonl', '.parquet'\]"
+    ):
         build_datamodule(dataset_config(tmp_path / "p.txt"))
     cfg = dataset_config("x")
     cfg.task.path = None
@@ -101,9 +127,21 @@ def test_bad_paths_are_named(tmp_path):
 def test_cli_reports_bad_data_before_loading_a_model(tmp_path):
     write_jsonl(tmp_path / "p.jsonl", [{"question": "1+1="}])
     result = subprocess.run(
-        [sys.executable, "-m", "grpo_lightning.train", "task=dataset", "task.path=p.jsonl", "+task.rewards={arithmetic_exact: 1}",
-         "model.name_or_path=/does/not/exist", f"hydra.run.dir={tmp_path}/run"],
-        cwd=tmp_path, env=os.environ, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "grpo_lightning.train",
+            "task=dataset",
+            "task.path=p.jsonl",
+            "+task.rewards={arithmetic_exact: 1}",
+            "model.name_or_path=/does/not/exist",
+            f"hydra.run.dir={tmp_path}/run",
+        ],
+        cwd=tmp_path,
+        env=os.environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2
     assert "error: task.path='p.jsonl' has no column 'prompt'" in result.stderr  # not a model-loading error
@@ -112,8 +150,10 @@ def test_cli_reports_bad_data_before_loading_a_model(tmp_path):
 # ----------------------------------------------------------------------------- rewards
 def test_reward_modules_register_rewards_and_bad_ones_are_named(tmp_path):
     module = tmp_path / "my_rewards_abc.py"
-    module.write_text("from grpo_lightning.rewards import register_reward\n\n"
-                      "@register_reward('from_my_file')\ndef f(prompts, completions, **_):\n    return [1.0] * len(completions)\n")
+    module.write_text(
+        "from grpo_lightning.rewards import register_reward\n\n"
+        "@register_reward('from_my_file')\ndef f(prompts, completions, **_):\n    return [1.0] * len(completions)\n"
+    )
     cfg = TrainConfig()
     cfg.task.reward_modules = [str(module)]
     cfg.task.rewards = {"from_my_file": 1.0}
@@ -126,7 +166,10 @@ def test_reward_modules_register_rewards_and_bad_ones_are_named(tmp_path):
     text = str(err.value)
     assert "task.reward_modules: 'no.such.module' is neither a file nor an importable module" in text
     assert "missing.py' is neither a file nor an importable module" in text
-    assert "importing '" in text and "broken.py' raised ModuleNotFoundError: No module named 'not_a_module_anywhere'" in text
+    assert (
+        "importing '" in text
+        and "broken.py' raised ModuleNotFoundError: No module named 'not_a_module_anywhere'" in text
+    )
 
 
 def test_trl_style_reward_functions_work_unchanged():
@@ -146,20 +189,35 @@ def test_trl_style_reward_functions_work_unchanged():
         started.set()
         return [0.5, None, 0.5]
 
-    scorer = RewardScorer([WeightedReward("exact", exact), WeightedReward("waits", waits, 2.0), WeightedReward("starts", starts)])
-    total, parts = scorer(["a", "b", "c"], ["1", "2", "3"], {"answer": ["1", "0", "3"], "level": [1, 2, 3]},
-                          completion_ids=[[1], [2], [3]], trainer_state=RewardState(global_step=7))
+    scorer = RewardScorer(
+        [WeightedReward("exact", exact), WeightedReward("waits", waits, 2.0), WeightedReward("starts", starts)]
+    )
+    total, parts = scorer(
+        ["a", "b", "c"],
+        ["1", "2", "3"],
+        {"answer": ["1", "0", "3"], "level": [1, 2, 3]},
+        completion_ids=[[1], [2], [3]],
+        trainer_state=RewardState(global_step=7),
+    )
     assert seen == {"ids": [[1], [2], [3]], "step": 7}
     assert total.tolist() == [1.0 + 0.5, 0.0 + 2.0, 1.0 + 4.0 + 0.5]  # None skipped in the weighted sum
     assert parts["waits"][0].isnan() and parts["starts"][1].isnan()
 
 
 def test_reward_errors_name_the_function_sample_and_prompt():
-    scorer = RewardScorer([WeightedReward("a", lambda p, c, **_: [None, 1.0]), WeightedReward("b", lambda p, c, **_: [None, 2.0])])
-    with pytest.raises(RewardFunctionError, match=r"no reward function applies to sample 0 \(prompt 'first'\): \['a', 'b'\] all returned None"):
+    scorer = RewardScorer(
+        [WeightedReward("a", lambda p, c, **_: [None, 1.0]), WeightedReward("b", lambda p, c, **_: [None, 2.0])]
+    )
+    with pytest.raises(
+        RewardFunctionError,
+        match=r"no reward function applies to sample 0 \(prompt 'first'\): \['a', 'b'\] all returned None",
+    ):
         scorer(["first", "second"], ["x", "y"], {})
     scorer = RewardScorer([WeightedReward("inf", lambda p, c, **_: [1.0, float("inf")])])
-    with pytest.raises(RewardFunctionError, match=r"'inf' returned non-finite values at completions \[1\] \(sample 1: prompt 'second'\)"):
+    with pytest.raises(
+        RewardFunctionError,
+        match=r"'inf' returned non-finite values at completions \[1\] \(sample 1: prompt 'second'\)",
+    ):
         scorer(["first", "second"], ["x", "y"], {})
 
 
@@ -167,7 +225,9 @@ def test_chat_message_prompts_use_the_chat_template_and_rewards_get_messages(pol
     from grpo_lightning.rollout import HFEngine, RolloutGenerator, SamplingSettings
 
     tok = build_char_tokenizer()
-    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}={% endif %}"
+    tok.chat_template = (
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}={% endif %}"
+    )
     seen = {}
 
     def record(prompts, completions, **_):
@@ -175,9 +235,12 @@ def test_chat_message_prompts_use_the_chat_template_and_rewards_get_messages(pol
         return [0.0] * len(completions)
 
     generator = RolloutGenerator(
-        engine=HFEngine(policy, tok.pad_token_id, tok.eos_token_id), tokenizer=tok,
-        scorer=RewardScorer([WeightedReward("record", record)]), num_generations=2,
-        sampling=SamplingSettings(max_new_tokens=3), formatter=PromptFormatter(tok, system_prompt="1"),
+        engine=HFEngine(policy, tok.pad_token_id, tok.eos_token_id),
+        tokenizer=tok,
+        scorer=RewardScorer([WeightedReward("record", record)]),
+        num_generations=2,
+        sampling=SamplingSettings(max_new_tokens=3),
+        formatter=PromptFormatter(tok, system_prompt="1"),
     )
     messages = [{"role": "user", "content": "2+3"}]
     batch = generator.generate([{"prompt": messages}], step=0, rank=0)
@@ -196,7 +259,13 @@ def test_every_reasoning_gym_dataset_in_the_readme_builds_from_the_cli_config(da
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         # As the README runs them: with SmolLM2 (the tiny model's alphabet cannot write these
         # prompts, and the prompt check says so before any model loads).
-        overrides = ["trainer.output_dir=out", "model=smollm2_135m", "task=reasoning_gym", f"task.dataset={dataset}", "task.size=40"]
+        overrides = [
+            "trainer.output_dir=out",
+            "model=smollm2_135m",
+            "task=reasoning_gym",
+            f"task.dataset={dataset}",
+            "task.size=40",
+        ]
         cfg = to_train_config(compose(config_name="train", overrides=overrides))
     dm = build_datamodule(cfg)
     assert dm.train_records and all(r["entry"]["metadata"]["source_dataset"] == dataset for r in dm.train_records)
@@ -205,9 +274,14 @@ def test_every_reasoning_gym_dataset_in_the_readme_builds_from_the_cli_config(da
 def test_reasoning_gym_unknown_dataset_or_option_lists_the_valid_ones():
     from grpo_lightning.data.reasoning_gym import dataset_options
 
-    with pytest.raises(DataError, match=r"task.dataset='chain_sums' is not a reasoning-gym dataset; choose one of \[.*'chain_sum'"):
+    with pytest.raises(
+        DataError, match=r"task.dataset='chain_sums' is not a reasoning-gym dataset; choose one of \[.*'chain_sum'"
+    ):
         dataset_options("chain_sums")
-    with pytest.raises(DataError, match=r"\['operators'\] are not options of reasoning-gym's 'chain_sum'; its options are \['min_terms'"):
+    with pytest.raises(
+        DataError,
+        match=r"\['operators'\] are not options of reasoning-gym's 'chain_sum'; its options are \['min_terms'",
+    ):
         dataset_options("chain_sum", {"operators": ["+"]})
     assert dataset_options("basic_arithmetic", {"max_terms": 3})["max_terms"] == 3
     assert dataset_options("countdown") == {}
@@ -221,7 +295,10 @@ def test_long_prompts_are_cut_to_their_last_tokens_when_asked(tmp_path):
     path = write_jsonl(tmp_path / "p.jsonl", rows)
     cfg = dataset_config(path, truncate_prompts=True)
     cfg.algorithm.micro_batch_size = 8
-    with pytest.warns(UserWarning, match=r"1 of 5 prompts are longer than the model's context minus rollout.max_new_tokens \(124 tokens\); task.truncate_prompts=true keeps their last 124 tokens"):
+    with pytest.warns(
+        UserWarning,
+        match=r"1 of 5 prompts are longer than the model's context minus rollout.max_new_tokens \(124 tokens\); task.truncate_prompts=true keeps their last 124 tokens",
+    ):
         run = build_run(cfg)
     ids = run.module.rollout.tokenize_prompt(rows[0]["prompt"])
     assert len(ids) == 124 and run.tokenizer.decode(ids).endswith("2+3=")
@@ -234,5 +311,8 @@ def test_every_task_is_checked_against_the_tokenizer(monkeypatch):
 
     cfg = TrainConfig()
     cfg.model.tiny.alphabet = "0123456789=? "  # no '+': the sums cannot be written
-    with pytest.raises(DataError, match=r"task=arithmetic \(training prompts\) row 0: the tokenizer cannot encode the characters \['\+'\]"):
+    with pytest.raises(
+        DataError,
+        match=r"task=arithmetic \(training prompts\) row 0: the tokenizer cannot encode the characters \['\+'\]",
+    ):
         build_datamodule(cfg)

@@ -22,7 +22,9 @@ WORKER = Path(__file__).with_name("ddp_gradients_worker.py")
 def results(request, tmp_path_factory):
     """Per loss mode, the worker's comparison; DDP, and FSDP2 sharding (trainer.strategy=fsdp)."""
     out = tmp_path_factory.mktemp(f"{request.param}_grads")
-    done = subprocess.run([sys.executable, str(WORKER), str(out), request.param], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(WORKER), str(out), request.param], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return {mode: json.loads((out / f"{mode}.json").read_text()) for mode in LOSS_AGG_MODES}
 
@@ -34,6 +36,11 @@ def test_two_ranks_of_b_equal_one_rank_of_2b(results, mode):
     assert r["max_abs_diff"] <= 1e-6 * max(1.0, r["grad_norm"]), r
     # the normalizer each rank used is the whole batch's, reduced over both ranks
     tokens = float(fixed_batch().completion_mask.sum())
-    expected = {"token_mean": tokens, "seq_mean_token_mean": 16, "seq_mean_token_sum": 16, "seq_mean_token_sum_norm": 16 * 6}
+    expected = {
+        "token_mean": tokens,
+        "seq_mean_token_mean": 16,
+        "seq_mean_token_sum": 16,
+        "seq_mean_token_sum_norm": 16 * 6,
+    }
     assert r["normalizer"] == expected[mode]
     assert r["aggregation"]["policy"] == r["aggregation"]["kl"] == [mode, r["normalizer"]]

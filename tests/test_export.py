@@ -40,7 +40,11 @@ def test_export_round_trips_through_transformers(tmp_path):
         assert torch.equal(model.state_dict()[name], tensor), name
     text = "12+3= 4*5-6?"
     assert loaded(text)["input_ids"] == tok(text)["input_ids"] and loaded.decode(loaded(text)["input_ids"]) == text
-    assert (loaded.pad_token_id, loaded.eos_token_id, loaded.padding_side) == (tok.pad_token_id, tok.eos_token_id, "left")
+    assert (loaded.pad_token_id, loaded.eos_token_id, loaded.padding_side) == (
+        tok.pad_token_id,
+        tok.eos_token_id,
+        "left",
+    )
     assert model.generation_config.eos_token_id == tok.eos_token_id
 
 
@@ -54,10 +58,12 @@ def test_vllm_reads_the_exported_folder_and_generates_what_transformers_does(tmp
     assert get_tokenizer(str(folder))("3+4=")["input_ids"] == tok("3+4=")["input_ids"]
     vllm_session.engine.load_weights(load_file(folder / "model.safetensors").items())
     prompt = tok("3+4=")["input_ids"]
-    greedy = vllm_session.engine.generate([GenerationRequest(prompt, 0)], SamplingSettings(6, 1.0, top_k=1))[0].token_ids
+    greedy = vllm_session.engine.generate([GenerationRequest(prompt, 0)], SamplingSettings(6, 1.0, top_k=1))[
+        0
+    ].token_ids
     model = AutoModelForCausalLM.from_pretrained(folder)
     expected = model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False, pad_token_id=tok.pad_token_id)
-    assert greedy == [t for t in expected[0, len(prompt):].tolist()][: len(greedy)]
+    assert greedy == [t for t in expected[0, len(prompt) :].tolist()][: len(greedy)]
     assert len(greedy) >= 1
 
 

@@ -32,11 +32,17 @@ def random_model(rng: random.Random):
     heads = kv_heads * rng.choice([1, 2, 3])
     head_dim = rng.choice([8, 16, 32])
     kwargs = dict(
-        vocab_size=rng.randint(20, 300), hidden_size=heads * rng.choice([8, 16]),
-        intermediate_size=rng.choice([32, 96, 160]), num_hidden_layers=rng.randint(1, 3),
-        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
-        max_position_embeddings=256, rope_theta=rng.choice([10000.0, 500000.0]),
-        tie_word_embeddings=rng.random() < 0.5, rms_norm_eps=rng.choice([1e-5, 1e-6]),
+        vocab_size=rng.randint(20, 300),
+        hidden_size=heads * rng.choice([8, 16]),
+        intermediate_size=rng.choice([32, 96, 160]),
+        num_hidden_layers=rng.randint(1, 3),
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        max_position_embeddings=256,
+        rope_theta=rng.choice([10000.0, 500000.0]),
+        tie_word_embeddings=rng.random() < 0.5,
+        rms_norm_eps=rng.choice([1e-5, 1e-6]),
     )
     if name == "llama":
         kwargs.update(attention_bias=rng.random() < 0.5, mlp_bias=rng.random() < 0.5)
@@ -110,7 +116,9 @@ def test_a_fused_decoder_that_disagrees_is_dropped_with_a_warning(policy, tokeni
     sampling = SamplingSettings(max_new_tokens=8)
     batch = requests(tokenizer, random.Random(5), 12)
     fused = engine(policy, tokenizer, "fused")
-    with pytest.warns(UserWarning, match=r"first step logits of LlamaForCausalLM differ from its forward's by 1.00e-02"):
+    with pytest.warns(
+        UserWarning, match=r"first step logits of LlamaForCausalLM differ from its forward's by 1.00e-02"
+    ):
         got = fused.generate(batch, sampling)
     assert fused.fused_checked is False
     want = engine(policy, tokenizer, "loop").generate(batch, sampling)
@@ -123,17 +131,42 @@ def test_a_fused_decoder_that_disagrees_is_dropped_with_a_warning(policy, tokeni
 
 def test_unsupported_models_and_autocast_keep_the_forward(policy, tokenizer):
     assert "autocast is on" in _support_under_autocast(policy)
-    gelu = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                        num_attention_heads=1, hidden_act="gelu"))
+    gelu = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=32,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=1,
+            hidden_act="gelu",
+        )
+    )
     assert "hidden_act='gelu'" in fused_decode_support(gelu, 16)
     assert "bfloat16" not in (fused_decode_support(policy, 16) or "")
     assert "not float32" in fused_decode_support(LlamaForCausalLM(policy.config).to(torch.bfloat16), 16)
-    window = MistralForCausalLM(MistralConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                              num_attention_heads=1, num_key_value_heads=1, sliding_window=8))
+    window = MistralForCausalLM(
+        MistralConfig(
+            vocab_size=32,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=1,
+            num_key_value_heads=1,
+            sliding_window=8,
+        )
+    )
     assert fused_decode_support(window, 8) is None
     assert "sliding_window=8 is shorter than the rollout (9 positions)" in fused_decode_support(window, 9)
-    dynamic = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                           num_attention_heads=1, rope_scaling={"rope_type": "dynamic", "factor": 2.0}))
+    dynamic = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=32,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=1,
+            rope_scaling={"rope_type": "dynamic", "factor": 2.0},
+        )
+    )
     assert "rotary type 'dynamic'" in fused_decode_support(dynamic, 16)
     # Under autocast the engine decodes with the forward, and says so once.
     sampling = SamplingSettings(max_new_tokens=6)
@@ -164,7 +197,9 @@ def test_the_fused_weights_are_built_once_per_rollout_and_not_kept(policy, token
     """Copies of the weights: one per generate call (shared by its chunks), none held after it."""
     built = []
     real_init = fused_decode.FusedWeights.__init__
-    monkeypatch.setattr(fused_decode.FusedWeights, "__init__", lambda self, model: built.append(1) or real_init(self, model))
+    monkeypatch.setattr(
+        fused_decode.FusedWeights, "__init__", lambda self, model: built.append(1) or real_init(self, model)
+    )
     fused = engine(policy, tokenizer, "fused")  # chunks of 10 requests
     for round in range(2):
         fused.generate(requests(tokenizer, random.Random(round), 25), SamplingSettings(max_new_tokens=5))
@@ -173,8 +208,9 @@ def test_the_fused_weights_are_built_once_per_rollout_and_not_kept(policy, token
 
 
 def test_a_model_whose_fused_weights_would_be_large_keeps_the_forward(monkeypatch):
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                         num_attention_heads=2))
+    model = LlamaForCausalLM(
+        LlamaConfig(vocab_size=32, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2)
+    )
     copied = 2 * 4 * (3 * 64 * 64 + 2 * 128 * 64)  # q, k, v and gate, up of 2 layers, float32
     monkeypatch.setattr(fused_decode, "FUSED_MAX_COPY_BYTES", copied)
     assert fused_decode_support(model, 16) is None

@@ -30,7 +30,9 @@ def _content_seeded(monkeypatch):
     def generate(self, requests, sampling):
         group = 8
         reseeded = [
-            GenerationRequest(r.prompt_ids, int.from_bytes(hashlib.blake2b(bytes(r.prompt_ids + [i % group])).digest()[:7], "little"))
+            GenerationRequest(
+                r.prompt_ids, int.from_bytes(hashlib.blake2b(bytes(r.prompt_ids + [i % group])).digest()[:7], "little")
+            )
             for i, r in enumerate(requests)
         ]
         return original(self, reseeded, sampling)

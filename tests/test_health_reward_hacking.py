@@ -27,11 +27,18 @@ def impossible(prompts, completions, answer, **_):
 
 
 def hacking_run(steps: int, **overrides):
-    return fit(make_config(steps, **{
-        "task.rewards": {"test_impossible": 1.0, "test_starts_with_seven": 0.5},
-        "task.correctness_reward": "test_impossible",
-        "algorithm.lr": 3e-3, "rollout.prompts_per_step": 8, **overrides,
-    }))
+    return fit(
+        make_config(
+            steps,
+            **{
+                "task.rewards": {"test_impossible": 1.0, "test_starts_with_seven": 0.5},
+                "task.correctness_reward": "test_impossible",
+                "algorithm.lr": 3e-3,
+                "rollout.prompts_per_step": 8,
+                **overrides,
+            },
+        )
+    )
 
 
 def test_shaping_learned_while_correctness_stays_zero_alerts_with_entropy_collapse():
@@ -54,8 +61,13 @@ def test_shaping_learned_while_correctness_stays_zero_alerts_with_entropy_collap
 def test_no_reward_hacking_or_entropy_alert_when_correctness_is_what_rises():
     """The same dynamics, but 'starts with 7' is the correctness reward (and the other component
     never moves): the entropy collapses just as far, yet the policy is solving its task."""
-    run = hacking_run(24, **{"task.rewards": {"test_starts_with_seven": 1.0, "test_impossible": 0.0},
-                             "task.correctness_reward": "test_starts_with_seven"})
+    run = hacking_run(
+        24,
+        **{
+            "task.rewards": {"test_starts_with_seven": 1.0, "test_impossible": 0.0},
+            "task.correctness_reward": "test_starts_with_seven",
+        },
+    )
     assert run.health.last_metrics["health/degenerate/entropy_vs_start"] < 0.25
     assert run.health.alerts_for("reward_hacking") == []
     assert all("The entropy fell to" not in a.evidence for a in run.health.alerts_for("degenerate"))
@@ -63,12 +75,21 @@ def test_no_reward_hacking_or_entropy_alert_when_correctness_is_what_rises():
 
 def test_truncation_alert_and_reward_signal_names_it():
     """A completion budget of 1 token: almost nothing finishes, the correctness reward is stuck at 0."""
-    run = fit(make_config(22, **{
-        "rollout.max_new_tokens": 1, "task.rewards": {"test_impossible": 1.0},
-        "task.correctness_reward": "test_impossible", "rollout.prompts_per_step": 4,
-    }))
+    run = fit(
+        make_config(
+            22,
+            **{
+                "rollout.max_new_tokens": 1,
+                "task.rewards": {"test_impossible": 1.0},
+                "task.correctness_reward": "test_impossible",
+                "rollout.prompts_per_step": 4,
+            },
+        )
+    )
     [alert] = run.health.alerts_for("truncation")
-    assert alert.text.startswith("[grpo_lightning health] F7 completions cut at max_new_tokens (check 'truncation', step 19)")
+    assert alert.text.startswith(
+        "[grpo_lightning health] F7 completions cut at max_new_tokens (check 'truncation', step 19)"
+    )
     assert "of the completions of the last 20 steps were cut at rollout.max_new_tokens=1 tokens" in alert.evidence
     assert alert.values["clipped_frac_window"] > 0.8
     assert "raise rollout.max_new_tokens (now 1)" in alert.fix
@@ -92,21 +113,35 @@ def test_held_out_accuracy_fall_beyond_two_standard_errors():
 def test_held_out_fall_alerts_through_the_monitor():
     """Validation before training and every 6 steps; the policy unlearns 'starts with 7' because the
     shaping reward pays for anything else: held-out accuracy falls and the monitor says so."""
+
     @register_reward("test_not_seven")
     def not_seven(prompts, completions, **_):
         return [float(not c.startswith("7")) for c in completions]
 
     from grpo_lightning import build
 
-    cfg = make_config(18, **{
-        "task.rewards": {"test_starts_with_seven": 0.0, "test_not_seven": 1.0},
-        "task.correctness_reward": "test_starts_with_seven",
-        "algorithm.lr": 3e-3, "rollout.prompts_per_step": 8, "eval.every_n_steps": 6, "eval.num_prompts": 32,
-    })
+    cfg = make_config(
+        18,
+        **{
+            "task.rewards": {"test_starts_with_seven": 0.0, "test_not_seven": 1.0},
+            "task.correctness_reward": "test_starts_with_seven",
+            "algorithm.lr": 3e-3,
+            "rollout.prompts_per_step": 8,
+            "eval.every_n_steps": 6,
+            "eval.num_prompts": 32,
+        },
+    )
     run = build.build_run(cfg)
     # start from a policy that answers '7...' often: a few steps of the opposite reward first
-    warm = make_config(12, **{"task.rewards": {"test_starts_with_seven": 1.0}, "task.correctness_reward": "test_starts_with_seven",
-                              "algorithm.lr": 3e-3, "rollout.prompts_per_step": 8})
+    warm = make_config(
+        12,
+        **{
+            "task.rewards": {"test_starts_with_seven": 1.0},
+            "task.correctness_reward": "test_starts_with_seven",
+            "algorithm.lr": 3e-3,
+            "rollout.prompts_per_step": 8,
+        },
+    )
     primed = fit(warm)
     run.module.policy.load_state_dict(primed.module.policy.state_dict())
     trainer = run.trainer(cfg, enable_progress_bar=False)
@@ -138,7 +173,9 @@ def test_held_out_accuracy_past_its_peak_names_the_step_to_keep():
     assert finding.values["stderr"] == pytest.approx((0.45 * 0.55 / 60 + 0.2 * 0.8 / 60) ** 0.5)
     # with val_from_best=false only the pre-training value counts: 0.200 is above it
     baseline_only = RewardHackingCheck(RewardHackingCheckConfig(val_from_best=False))
-    assert [baseline_only.observe_validation(a, 60, step=s) for s, a in ((0, 0.183), (10, 0.45), (20, 0.35), (30, 0.2))] == [None] * 4
+    assert [
+        baseline_only.observe_validation(a, 60, step=s) for s, a in ((0, 0.183), (10, 0.45), (20, 0.35), (30, 0.2))
+    ] == [None] * 4
 
 
 def test_held_out_alerts_match_the_two_standard_error_rule_on_random_curves():
@@ -165,7 +202,13 @@ def test_held_out_alerts_match_the_two_standard_error_rule_on_random_curves():
 
 def test_the_recipe_curves_never_alert():
     """The rising held-out curves of docs/real_tasks.md (60 prompts) stay silent."""
-    for curve in ([0.467, 0.767, 0.883, 0.933], [0.467, 0.783, 0.983, 0.933], [0.217, 0.350, 0.450, 0.483],
-                  [0.217, 0.483, 0.500, 0.433], [0.233, 0.517, 0.533, 0.550], [0.183, 0.433, 0.300, 0.367]):
+    for curve in (
+        [0.467, 0.767, 0.883, 0.933],
+        [0.467, 0.783, 0.983, 0.933],
+        [0.217, 0.350, 0.450, 0.483],
+        [0.217, 0.483, 0.500, 0.433],
+        [0.233, 0.517, 0.533, 0.550],
+        [0.183, 0.433, 0.300, 0.367],
+    ):
         check = RewardHackingCheck(RewardHackingCheckConfig())
         assert [check.observe_validation(a, 60, step=10 * i) for i, a in enumerate(curve)] == [None] * 4, curve

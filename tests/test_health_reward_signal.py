@@ -28,7 +28,9 @@ def test_constant_reward_is_reported_after_the_window(monkeypatch):
 def test_identical_samples_show_the_f1_signature_in_the_rewards(monkeypatch):
     # One seed per prompt, shared by the prompt's samples: groups identical, prompts differ.
     monkeypatch.setattr(
-        rollout_module, "group_seeds", lambda s, r, st, p, g: [sample_seed(s, r, st, i, 0) for i in range(p) for _ in range(g)]
+        rollout_module,
+        "group_seeds",
+        lambda s, r, st, p, g: [sample_seed(s, r, st, i, 0) for i in range(p) for _ in range(g)],
     )
     overrides = {"task.rewards": {"arithmetic_digits": 1.0}, "health.reward_signal.max_stuck_frac": 0.5}
     run = fit(make_config(WINDOW + 2, **overrides))  # partial credit: rewards differ between prompts

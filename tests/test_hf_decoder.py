@@ -15,11 +15,14 @@ def requests(tokenizer, rng: random.Random, count: int) -> list[GenerationReques
 
 
 @pytest.mark.parametrize("decoder", ["loop", "fused"])
-@pytest.mark.parametrize("sampling", [
-    SamplingSettings(max_new_tokens=12),
-    SamplingSettings(max_new_tokens=9, temperature=0.7, top_p=0.9, top_k=5),
-    SamplingSettings(max_new_tokens=6, temperature=1e-6),  # greedy, as evaluation runs
-])
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        SamplingSettings(max_new_tokens=12),
+        SamplingSettings(max_new_tokens=9, temperature=0.7, top_p=0.9, top_k=5),
+        SamplingSettings(max_new_tokens=6, temperature=1e-6),  # greedy, as evaluation runs
+    ],
+)
 def test_loop_and_generate_draw_the_same_tokens_and_log_probs(policy, tokenizer, sampling, decoder):
     rng = random.Random(sampling.max_new_tokens)
     batch = requests(tokenizer, rng, 24)

@@ -44,7 +44,10 @@ def test_only_the_adapters_train_on_every_projection():
     adapted = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable}
     assert adapted == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     only_qv, _ = load_policy(ModelConfig(lora=LoraModelConfig(rank=4, target_modules=["q_proj", "v_proj"])))
-    assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n, p in only_qv.named_parameters() if p.requires_grad} == {"q_proj", "v_proj"}
+    assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n, p in only_qv.named_parameters() if p.requires_grad} == {
+        "q_proj",
+        "v_proj",
+    }
 
 
 def test_reference_log_probs_equal_the_untouched_base_models(rollout):
@@ -124,8 +127,15 @@ def test_bf16_lora_run_trains_the_float32_adapters_and_f4_measures_them(tmp_path
     merged weights (plain transformers) and the adapter folder (peft)."""
     from peft import PeftModel
 
-    cfg = make_config(3, **{"model.dtype": "bfloat16", "model.lora.rank": 8, "algorithm.beta": 0.04,
-                            "trainer.output_dir": str(tmp_path)})
+    cfg = make_config(
+        3,
+        **{
+            "model.dtype": "bfloat16",
+            "model.lora.rank": 8,
+            "algorithm.beta": 0.04,
+            "trainer.output_dir": str(tmp_path),
+        },
+    )
     run = fit(cfg)
     policy = run.module.policy
     dtypes = {n: p.dtype for n, p in policy.named_parameters()}
@@ -142,8 +152,12 @@ def test_bf16_lora_run_trains_the_float32_adapters_and_f4_measures_them(tmp_path
     merged = AutoModelForCausalLM.from_pretrained(final)
     expected = merged_state_dict(policy)
     assert all(torch.equal(t, expected[n]) for n, t in merged.state_dict().items())
-    assert any(not torch.equal(t, p) for n, t in merged.state_dict().items()
-               for p in [dict(policy.get_base_model().named_parameters()).get(n.replace(".weight", ".base_layer.weight"))] if p is not None)
+    assert any(
+        not torch.equal(t, p)
+        for n, t in merged.state_dict().items()
+        for p in [dict(policy.get_base_model().named_parameters()).get(n.replace(".weight", ".base_layer.weight"))]
+        if p is not None
+    )
     reloaded = PeftModel.from_pretrained(load_policy(ModelConfig(dtype="bfloat16"))[0], final / "adapter")
     adapters = {n: p for n, p in policy.named_parameters() if ".lora_" in n}
     assert adapters and all(torch.equal(p, adapters[n]) for n, p in reloaded.named_parameters() if ".lora_" in n)

@@ -42,8 +42,13 @@ def fit(policy, tokenizer, steps, *extra_callbacks, **algorithm):
     module = GRPOModule(policy, AlgorithmConfig(micro_batch_size=16, lr=1e-2, **algorithm), rollout=rollout)
     snapshots = Snapshots()
     trainer = L.Trainer(
-        max_steps=steps, max_epochs=1, logger=False, enable_progress_bar=False,
-        enable_checkpointing=False, enable_model_summary=False, limit_val_batches=0,
+        max_steps=steps,
+        max_epochs=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
         callbacks=[snapshots, *extra_callbacks],
     )
     trainer.fit(module, datamodule=data)

@@ -36,7 +36,9 @@ def test_quickstart_notebook_executes_and_shows_curves_and_completions(tmp_path,
     code = [c for c in nb.cells if c.cell_type == "code"]
     everything = [outputs(c) for c in code]
     accuracy_line = next(t for t, _ in everything if "held-out accuracy" in t)
-    before, after = (float(x) for x in accuracy_line.split("held-out accuracy: ")[1].split(" after")[0].split(" before -> "))
+    before, after = (
+        float(x) for x in accuracy_line.split("held-out accuracy: ")[1].split(" after")[0].split(" before -> ")
+    )
     assert after > before, accuracy_line
     assert any("image/png" in kinds for _, kinds in everything), "no plot was drawn"
     table = next(t for t, _ in everything if "<th>advantage</th>" in t)

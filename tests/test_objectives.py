@@ -171,10 +171,17 @@ def test_lr_schedules():
 def test_short_run_of_each_loss_keeps_the_f5_check_quiet(loss):
     """A short run with the loss, an entropy bonus, cosine decay and a non-trivial normalizer
     (token_mean): no alert; the F5 value check runs exactly when the loss declares the identity."""
-    cfg = make_config(4, **{
-        "algorithm.policy_loss": loss, "algorithm.loss_agg": "token_mean", "algorithm.entropy_coef": 0.01,
-        "algorithm.lr_schedule": "cosine", "algorithm.warmup_steps": 1, "rollout.prompts_per_step": 4,
-    })
+    cfg = make_config(
+        4,
+        **{
+            "algorithm.policy_loss": loss,
+            "algorithm.loss_agg": "token_mean",
+            "algorithm.entropy_coef": 0.01,
+            "algorithm.lr_schedule": "cosine",
+            "algorithm.warmup_steps": 1,
+            "rollout.prompts_per_step": 4,
+        },
+    )
     run = fit(cfg)
     assert run.health.alerts_for("normalization") == []
     checked = "health/normalization/policy_term_error" in run.health.last_metrics

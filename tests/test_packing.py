@@ -120,7 +120,9 @@ def test_probe_falls_back_to_padding_for_a_model_whose_attention_crosses_sequenc
     forward = CompletionLogProbs(chunk_mb=96, pack=True)
     module = GRPOModule(copy.deepcopy(policy), AlgorithmConfig(micro_batch_size=16))
     mb = module.prepare(rollout).micro_batches[0]
-    with pytest.warns(UserWarning, match=r"algorithm.pack_sequences: packed and padded log-probs of LlamaForCausalLM differ"):
+    with pytest.warns(
+        UserWarning, match=r"algorithm.pack_sequences: packed and padded log-probs of LlamaForCausalLM differ"
+    ):
         out = forward(broken, mb.input_ids, mb.attention_mask, mb.prompt_width, 1.0)
     assert forward.packing_verified is False
     with torch.no_grad():

@@ -21,9 +21,15 @@ def test_readme_python_block_runs(index, tmp_path):
     script = tmp_path / "example.py"
     script.write_text("import torch\ntorch.set_num_threads(1)\n" + BLOCKS[index])
     result = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={
-            "WANDB_MODE": "offline", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+            "WANDB_MODE": "offline",
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
             # the checkout under test, when it is not the installed one (PYTHONPATH=$PWD pytest ...)
             **{k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ},
         },

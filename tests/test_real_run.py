@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow
 
-REWARDS = '''
+REWARDS = """
 from grpo_lightning.rewards import register_reward
 
 
@@ -35,7 +35,7 @@ def e2e_exact(prompts, completions, answer, completion_ids, trainer_state):  # T
 @register_reward("e2e_length")
 async def e2e_length(prompts, completions, difficulty, **kwargs):  # async, an extra column, some None
     return [None if d == "skip" else len(c) / 4 for c, d in zip(completions, difficulty)]
-'''
+"""
 
 
 def write_inputs(folder: Path) -> list[str]:
@@ -44,10 +44,17 @@ def write_inputs(folder: Path) -> list[str]:
     (folder / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "my_rewards.py").write_text(REWARDS)
     return [
-        "task=dataset", "task.path=prompts.jsonl", "task.reward_modules=[my_rewards.py]",
-        "+task.rewards={e2e_exact: 1.0, e2e_length: 0.5}", "rollout.prompts_per_step=4",
-        "rollout.num_generations=4", "rollout.max_new_tokens=4", "algorithm.micro_batch_size=16",
-        "trainer.max_steps=20", "trainer.checkpoint_every_n_steps=5", "logger=none",
+        "task=dataset",
+        "task.path=prompts.jsonl",
+        "task.reward_modules=[my_rewards.py]",
+        "+task.rewards={e2e_exact: 1.0, e2e_length: 0.5}",
+        "rollout.prompts_per_step=4",
+        "rollout.num_generations=4",
+        "rollout.max_new_tokens=4",
+        "algorithm.micro_batch_size=16",
+        "trainer.max_steps=20",
+        "trainer.checkpoint_every_n_steps=5",
+        "logger=none",
     ]
 
 
@@ -69,7 +76,9 @@ def test_killed_and_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path):
     args = write_inputs(tmp_path)
     run_cli(tmp_path, "straight", *args)
 
-    killed = subprocess.Popen(command(tmp_path, "killed", *args), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killed = subprocess.Popen(
+        command(tmp_path, "killed", *args), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     checkpoint = tmp_path / "killed" / "checkpoints" / "step_00000010.ckpt"
     deadline = time.monotonic() + 240
     while not checkpoint.exists() and killed.poll() is None and time.monotonic() < deadline:
@@ -91,7 +100,9 @@ def test_killed_and_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     final = tmp_path / "straight" / "hf" / "final"
-    assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= {p.name for p in final.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= {
+        p.name for p in final.iterdir()
+    }
     tokenizer = AutoTokenizer.from_pretrained(final)
     model = AutoModelForCausalLM.from_pretrained(final)
     ids = torch.tensor([tokenizer("3+4=")["input_ids"]])
@@ -100,7 +111,9 @@ def test_killed_and_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path):
     assert tokenizer.decode(ids[0]) == "3+4="
 
     # Ctrl-C: the run stops after its step with a checkpoint and the model, exits 130, and resumes exactly
-    interrupted = subprocess.Popen(command(tmp_path, "ctrl_c", *args), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    interrupted = subprocess.Popen(
+        command(tmp_path, "ctrl_c", *args), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     first = tmp_path / "ctrl_c" / "checkpoints" / "step_00000005.ckpt"
     while not first.exists() and interrupted.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)

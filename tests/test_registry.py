@@ -76,7 +76,10 @@ def test_validation_lists_the_registered_variants():
         validate_config(cfg)
     message = str(err.value)
     assert f"algorithm.policy_loss='ppo2' is not allowed; choose one of {list(POLICY_LOSSES.names)}" in message
-    assert f"algorithm.advantage_estimator='vtrace' is not allowed; choose one of {list(ADVANTAGE_ESTIMATORS.names)}" in message
+    assert (
+        f"algorithm.advantage_estimator='vtrace' is not allowed; choose one of {list(ADVANTAGE_ESTIMATORS.names)}"
+        in message
+    )
 
 
 def test_grpo_is_the_default_and_matches_the_plain_math(rollout):
@@ -105,7 +108,9 @@ def test_the_f5_check_reads_each_losses_declaration(doubled_loss, declares_ident
     """Twice GRPO's loss breaks 'policy term == aggregate(-A) at ratio 1' (token_mean, where that
     value is not 0): flagged when the loss declares the identity, not checked when it does not."""
     name = doubled_loss(f"test_doubled_{declares_identity}", ratio_one_identity=declares_identity)
-    run = fit(make_config(2, **{"algorithm.policy_loss": name, "algorithm.loss_agg": "token_mean", "algorithm.beta": 0.0}))
+    run = fit(
+        make_config(2, **{"algorithm.policy_loss": name, "algorithm.loss_agg": "token_mean", "algorithm.beta": 0.0})
+    )
     alerts = run.health.alerts_for("normalization")
     if declares_identity:
         assert alerts and "with ratio 1 the policy term must equal" in alerts[0].evidence

@@ -27,11 +27,19 @@ class Recorder(L.Callback):
 
 
 def config(make_config, tmp_path, name, steps=6, **overrides):
-    return make_config(steps, **{
-        "rollout.prompts_per_step": 4, "rollout.num_generations": 4, "algorithm.micro_batch_size": 16,
-        "trainer.checkpoint_every_n_steps": 3, "trainer.output_dir": str(tmp_path / name),
-        "eval.before_training": False, "eval.num_prompts": 4, **overrides,
-    })
+    return make_config(
+        steps,
+        **{
+            "rollout.prompts_per_step": 4,
+            "rollout.num_generations": 4,
+            "algorithm.micro_batch_size": 16,
+            "trainer.checkpoint_every_n_steps": 3,
+            "trainer.output_dir": str(tmp_path / name),
+            "eval.before_training": False,
+            "eval.num_prompts": 4,
+            **overrides,
+        },
+    )
 
 
 def train(cfg, *callbacks):
@@ -59,7 +67,10 @@ def test_resumed_run_generates_the_same_completions_and_weights(tmp_path, config
     a, b = straight.module.policy.state_dict(), resumed.module.policy.state_dict()
     assert max(float((a[k] - b[k]).abs().max()) for k in a) == 0.0
     # the health monitor's memory came back: its reward-signal window holds all 6 steps
-    windows = [len(r.health.checks[[c.name for c in r.health.checks].index("reward_signal")]._window) for r in (straight, resumed)]
+    windows = [
+        len(r.health.checks[[c.name for c in r.health.checks].index("reward_signal")]._window)
+        for r in (straight, resumed)
+    ]
     assert windows == [6, 6]
     assert resumed.module.counters == straight.module.counters
 
@@ -100,5 +111,7 @@ def test_resume_auto_ignores_partial_writes_and_starts_fresh_without_checkpoints
 
 def test_resume_from_a_missing_file_is_rejected_before_any_model_loads(tmp_path, config_factory):
     cfg = config(config_factory, tmp_path, "m", **{"trainer.resume": str(tmp_path / "nope.ckpt")})
-    with pytest.raises(ConfigError, match=r"trainer.resume=.*nope.ckpt': no such checkpoint file; give a .ckpt path, auto"):
+    with pytest.raises(
+        ConfigError, match=r"trainer.resume=.*nope.ckpt': no such checkpoint file; give a .ckpt path, auto"
+    ):
         validate_config(cfg)

@@ -20,7 +20,7 @@ def test_padding_puts_every_token_and_log_prob_in_its_place():
         width = max(len(p) for p in prompts)
         assert ids.shape == mask.shape == (len(prompts), width)
         for row, prompt in enumerate(prompts):
-            assert ids[row, width - len(prompt):].tolist() == prompt and mask[row].sum() == len(prompt)
+            assert ids[row, width - len(prompt) :].tolist() == prompt and mask[row].sum() == len(prompt)
             assert ids[row, : width - len(prompt)].eq(pad).all() and not mask[row, : width - len(prompt)].any()
         with_logprobs = rng.random() < 0.5
         completions = []

@@ -57,7 +57,9 @@ def test_a_sample_does_not_depend_on_its_batch_mates(policy, tokenizer):
 def test_engine_logprobs_match_the_policy_distribution(policy, tokenizer):
     engine = HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id)
     prompt = tokenizer("4+4=")["input_ids"]
-    completion = engine.generate([GenerationRequest(prompt, seed=7)], SamplingSettings(max_new_tokens=5, temperature=0.8))[0]
+    completion = engine.generate(
+        [GenerationRequest(prompt, seed=7)], SamplingSettings(max_new_tokens=5, temperature=0.8)
+    )[0]
     ids = torch.tensor([prompt + completion.token_ids])
     with torch.no_grad():
         logits = policy(ids).logits[0, len(prompt) - 1 : -1] / 0.8
@@ -89,10 +91,19 @@ def test_resume_from_a_checkpoint_continues_the_seed_steps(tokenizer, tmp_path):
         generator = make_generator(policy, tokenizer, max_new_tokens=4)
         steps, make = [], generator.generate
         generator.generate = lambda records, step, rank: steps.append(step) or make(records, step, rank)
-        extra = [L.pytorch.callbacks.ModelCheckpoint(tmp_path, every_n_train_steps=checkpoint_every, save_top_k=-1)] if checkpoint_every else []
+        extra = (
+            [L.pytorch.callbacks.ModelCheckpoint(tmp_path, every_n_train_steps=checkpoint_every, save_top_k=-1)]
+            if checkpoint_every
+            else []
+        )
         trainer = L.Trainer(
-            max_steps=4, max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
-            enable_checkpointing=bool(extra), callbacks=extra,
+            max_steps=4,
+            max_epochs=1,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            enable_checkpointing=bool(extra),
+            callbacks=extra,
         )
         data = PromptDataModule(arithmetic_records()[0], prompts_per_step=4, num_batches=4)
         module = GRPOModule(policy, AlgorithmConfig(micro_batch_size=16), rollout=generator)

@@ -56,7 +56,10 @@ def test_gsm_exact_matches_numbers_not_strings():
 @pytest.fixture(scope="module")
 def arithmetic_entries():
     train, _ = reasoning_gym_records(
-        "basic_arithmetic", 8, seed=0, val_fraction=0.0,
+        "basic_arithmetic",
+        8,
+        seed=0,
+        val_fraction=0.0,
         options={"min_terms": 2, "max_terms": 2, "allow_negation": False, "allow_parentheses": False},
     )
     return train

@@ -143,8 +143,16 @@ def test_cli_config_of_a_task_shows_only_its_own_rewards(tmp_path):
 
     result = subprocess.run(
         [sys.executable, "-m", "grpo_lightning.train", "task=reasoning_gym", "--cfg", "job"],
-        cwd=tmp_path, env=os.environ, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=os.environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     shown = OmegaConf.create(result.stdout)
-    assert OmegaConf.to_container(shown.task.rewards) == {"reasoning_gym": 1.0, "answer_format": 0.2, "length_penalty": 0.2}
+    assert OmegaConf.to_container(shown.task.rewards) == {
+        "reasoning_gym": 1.0,
+        "answer_format": 0.2,
+        "length_penalty": 0.2,
+    }

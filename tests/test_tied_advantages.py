@@ -107,8 +107,11 @@ def test_the_scorer_gives_equal_scores_bit_equal_totals_even_when_weights_cancel
         group_size, num_functions = rng.randint(2, 16), rng.randint(2, 5)
         scores = [random_reward(rng) for _ in range(num_functions)]
         functions = [
-            WeightedReward(f"f{k}", lambda prompts, completions, _v=scores[k], **_: [_v] * len(completions),
-                           rng.choice([0.2, 1.0, -0.5, 1 / 3, -1.0]))
+            WeightedReward(
+                f"f{k}",
+                lambda prompts, completions, _v=scores[k], **_: [_v] * len(completions),
+                rng.choice([0.2, 1.0, -0.5, 1 / 3, -1.0]),
+            )
             for k in range(num_functions)
         ]
         total, _ = RewardScorer(functions)([""] * group_size, ["x"] * group_size, {})
@@ -189,7 +192,9 @@ def test_constant_rewards_leave_the_weights_untouched_and_raise_the_no_signal_al
         captured["before"] = {k: v.clone() for k, v in run.module.policy.state_dict().items()}
 
     window = 3
-    run = fit(make_config(window + 1, **{"task.rewards": rewards, "health.reward_signal.window": window}), prepare=snapshot)
+    run = fit(
+        make_config(window + 1, **{"task.rewards": rewards, "health.reward_signal.window": window}), prepare=snapshot
+    )
     assert run.fitted.global_step == window + 1
     after = run.module.policy.state_dict()
     assert all(torch.equal(captured["before"][k], after[k]) for k in after)

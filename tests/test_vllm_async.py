@@ -83,6 +83,7 @@ def test_async_training_with_importance_sampling_logs_the_mismatch(vllm_session,
 
 def test_async_resume_trains_on_the_batches_that_were_in_flight(vllm_session, tmp_path):
     """Checkpoint at step 2 of 4 with one batch in flight, resume: the same batches and weights."""
+
     def run(name, resume=None):
         cfg = small_config(steps=4, mode="async", max_new_tokens=4)
         cfg.rollout.vllm.verify_sync = False

@@ -27,7 +27,9 @@ def trainer_logprobs(policy, prompt_ids: list[int], completion_ids: list[int], t
     module = GRPOModule(policy, AlgorithmConfig(beta=0.0))
     ids = torch.tensor([prompt_ids + completion_ids])
     with torch.no_grad():
-        return module.completion_log_probs(policy.eval(), ids, torch.ones_like(ids), len(prompt_ids), temperature).logp[0]
+        return module.completion_log_probs(policy.eval(), ids, torch.ones_like(ids), len(prompt_ids), temperature).logp[
+            0
+        ]
 
 
 def test_engine_start_leaves_rng_and_thread_count_alone(vllm_session):
@@ -72,9 +74,12 @@ def test_greedy_completion_and_logprobs_match_hf_after_training_and_sync(vllm_se
     for request, completion in zip(requests, greedy):
         with torch.no_grad():
             hf = policy.generate(
-                torch.tensor([request.prompt_ids]), do_sample=False, max_new_tokens=10,
-                pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-            )[0, len(request.prompt_ids):].tolist()
+                torch.tensor([request.prompt_ids]),
+                do_sample=False,
+                max_new_tokens=10,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+            )[0, len(request.prompt_ids) :].tolist()
         if tok.eos_token_id in hf:
             hf = hf[: hf.index(tok.eos_token_id) + 1]
         assert completion.token_ids == hf
@@ -132,9 +137,12 @@ def test_ranks_draw_different_samples_of_the_same_group(vllm_session):
     engine.load_weights(build_tiny_policy(tok).state_dict().items())
     prompt = tok("6+1=")["input_ids"]
     by_rank = [
-        [tuple(c.token_ids) for c in engine.generate(
-            [GenerationRequest(prompt, s) for s in group_seeds(0, rank, 7, 1, 8)], SamplingSettings(12, 1.0)
-        )]
+        [
+            tuple(c.token_ids)
+            for c in engine.generate(
+                [GenerationRequest(prompt, s) for s in group_seeds(0, rank, 7, 1, 8)], SamplingSettings(12, 1.0)
+            )
+        ]
         for rank in (0, 1)
     ]
     assert len(set(by_rank[0]) | set(by_rank[1])) >= 15

@@ -33,4 +33,6 @@ def test_lora_training_syncs_merged_weights_that_verify(vllm_session):
     with pytest.raises(WeightSyncError):
         WeightSync(verify=True, tolerance=1e-4).check(run.module, vllm_session.engine, tokenizer=run.tokenizer)
     vllm_session.engine.load_weights(merged_state_dict(policy).items())
-    assert WeightSync(verify=True, tolerance=1e-4).check(run.module, vllm_session.engine, tokenizer=run.tokenizer) <= 1e-4
+    assert (
+        WeightSync(verify=True, tolerance=1e-4).check(run.module, vllm_session.engine, tokenizer=run.tokenizer) <= 1e-4
+    )

@@ -21,12 +21,15 @@ def test_out_of_process_engine_syncs_through_a_safetensors_folder(vllm_session):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run(
         [sys.executable, str(HERE / "vllm_out_of_process_check.py")],
-        capture_output=True, text=True, timeout=300, env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, done.stdout[-3000:]
-    result = json.loads(lines[-1][len("RESULT "):])
+    result = json.loads(lines[-1][len("RESULT ") :])
     assert result["state_kept"]
     assert result["folder_used"] and result["sync_seconds"] > 0
     assert result["changed"]  # the folder sync is not a no-op ...

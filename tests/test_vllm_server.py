@@ -92,12 +92,22 @@ def processes_left_after(pgid: int, seconds: float = 10.0) -> list[int]:
 
 
 def server_config(url: str, steps: int, mode: str = "sync"):
-    return make_config(steps, **{
-        "rollout.engine": "vllm", "rollout.vllm.server.url": url, "rollout.mode": mode,
-        "rollout.prompts_per_step": 4, "rollout.num_generations": 8, "rollout.max_new_tokens": 8,
-        "algorithm.micro_batch_size": 32, "algorithm.is_level": "token" if mode == "async" else "none",
-        "rollout.vllm.verify_sync": True, "rollout.vllm.verify_tolerance": 1e-4, "health.enabled": False,
-    })
+    return make_config(
+        steps,
+        **{
+            "rollout.engine": "vllm",
+            "rollout.vllm.server.url": url,
+            "rollout.mode": mode,
+            "rollout.prompts_per_step": 4,
+            "rollout.num_generations": 8,
+            "rollout.max_new_tokens": 8,
+            "algorithm.micro_batch_size": 32,
+            "algorithm.is_level": "token" if mode == "async" else "none",
+            "rollout.vllm.verify_sync": True,
+            "rollout.vllm.verify_tolerance": 1e-4,
+            "health.enabled": False,
+        },
+    )
 
 
 def completions_of(cfg) -> list[list[tuple[int, ...]]]:
@@ -108,7 +118,11 @@ def completions_of(cfg) -> list[list[tuple[int, ...]]]:
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
             rollout = module.last_step.rollout
             seen.append([tuple(r[m.bool()].tolist()) for r, m in zip(rollout.completion_ids, rollout.completion_mask)])
-            assert rollout.weight_version == trainer.global_step - 1 - (cfg.rollout.max_staleness if cfg.rollout.mode == "async" else 0) or batch_idx < 1
+            assert (
+                rollout.weight_version
+                == trainer.global_step - 1 - (cfg.rollout.max_staleness if cfg.rollout.mode == "async" else 0)
+                or batch_idx < 1
+            )
 
     run.trainer(cfg, callbacks=[*run.callbacks, Record()], enable_progress_bar=False, limit_val_batches=0).fit(
         run.module, datamodule=run.datamodule
@@ -125,7 +139,10 @@ def test_async_runs_with_the_same_seed_and_staleness_are_identical(vllm_server):
 
 def test_several_devices_need_a_server():
     cfg = make_config(2, **{"rollout.engine": "vllm", "trainer.devices": 2})
-    with pytest.raises(ConfigError, match=r"rollout.engine=vllm with trainer.devices=2 needs one vLLM server shared by the ranks: set rollout.vllm.server.launch=true"):
+    with pytest.raises(
+        ConfigError,
+        match=r"rollout.engine=vllm with trainer.devices=2 needs one vLLM server shared by the ranks: set rollout.vllm.server.launch=true",
+    ):
         validate_config(cfg)
     cfg.rollout.vllm.server.launch = True
     cfg.rollout.mode, cfg.algorithm.is_level = "async", "token"
@@ -139,12 +156,21 @@ def test_a_killed_server_is_a_clear_error_within_the_timeout_and_leaves_nothing_
     """Launched through the config; killed (SIGKILL) after step 2: the next call fails with the
     server's address and the step, well within timeout_s, and the run leaves no process or folder."""
     timeout = 20.0
-    cfg = make_config(50, **{
-        "rollout.engine": "vllm", "rollout.vllm.server.launch": True, "rollout.vllm.server.port": free_port(),
-        "rollout.vllm.server.timeout_s": timeout, "rollout.vllm.max_model_len": 128, "rollout.vllm.kv_cache_gib": 0.5,
-        "rollout.prompts_per_step": 4, "rollout.num_generations": 4, "algorithm.micro_batch_size": 16,
-        "health.enabled": False,
-    })
+    cfg = make_config(
+        50,
+        **{
+            "rollout.engine": "vllm",
+            "rollout.vllm.server.launch": True,
+            "rollout.vllm.server.port": free_port(),
+            "rollout.vllm.server.timeout_s": timeout,
+            "rollout.vllm.max_model_len": 128,
+            "rollout.vllm.kv_cache_gib": 0.5,
+            "rollout.prompts_per_step": 4,
+            "rollout.num_generations": 4,
+            "algorithm.micro_batch_size": 16,
+            "health.enabled": False,
+        },
+    )
     run = build_run(cfg)
     killed = {}
 
@@ -190,8 +216,12 @@ def test_a_connection_the_server_dropped_unanswered_is_retried_once():
                 Stub.dropped += 1
                 return  # the connection closes without a response
             body = json.dumps({"weight_version": "7", "echo": len(data)}).encode()
-            self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                                 + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+            self.request.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                + str(len(body)).encode()
+                + b"\r\nConnection: close\r\n\r\n"
+                + body
+            )
 
     with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Stub) as stub:
         threading.Thread(target=stub.serve_forever, daemon=True).start()

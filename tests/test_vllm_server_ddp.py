@@ -24,7 +24,9 @@ def reports(vllm_server, tmp_path_factory):
     tok = build_char_tokenizer()
     vllm_server.load_weights(build_tiny_policy(tok).state_dict().items(), version=0)
     out = tmp_path_factory.mktemp("server_ddp")
-    run_worker([sys.executable, str(WORKER), vllm_server.client.url, str(out), str(STEPS)], 400, "the 2-rank server run")
+    run_worker(
+        [sys.executable, str(WORKER), vllm_server.client.url, str(out), str(STEPS)], 400, "the 2-rank server run"
+    )
     return [json.loads((out / f"rank_{r}.json").read_text()) for r in range(2)]
 
 
@@ -33,9 +35,11 @@ def test_both_ranks_train_every_step_and_the_reward_rises(reports):
         assert report["rank"] == rank and report["world_size"] == 2
         assert report["global_step"] == STEPS and len(report["rewards"]) == STEPS
         first, last = report["rewards"][:5], report["rewards"][-5:]
-        print(f"rank {rank}: mean reward {sum(first) / 5:.3f} (steps 1-5) -> {sum(last) / 5:.3f} (steps 16-20), "
-              f"{report['syncs']} verified syncs, last probe diff {report['last_probe_diff']:.1e}, "
-              f"cross-rank duplicate frac {report['duplicates']['health/duplicates/cross_rank_frac']:.3f}")
+        print(
+            f"rank {rank}: mean reward {sum(first) / 5:.3f} (steps 1-5) -> {sum(last) / 5:.3f} (steps 16-20), "
+            f"{report['syncs']} verified syncs, last probe diff {report['last_probe_diff']:.1e}, "
+            f"cross-rank duplicate frac {report['duplicates']['health/duplicates/cross_rank_frac']:.3f}"
+        )
         assert sum(last) / 5 > sum(first) / 5 + 0.1, report["rewards"]
 
 

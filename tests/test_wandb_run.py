@@ -18,12 +18,24 @@ def test_offline_run_holds_metrics_completions_table_and_resolved_config(tmp_pat
     env.pop("WANDB_API_KEY", None)
     result = subprocess.run(
         [
-            sys.executable, "-m", "grpo_lightning.train", "logger=wandb",
-            "trainer.max_steps=4", "rollout.prompts_per_step=4", "algorithm.micro_batch_size=16",
-            "logger.table_every_n_steps=2", "logger.table_rows=8", "eval.every_n_steps=2", "eval.num_prompts=8",
+            sys.executable,
+            "-m",
+            "grpo_lightning.train",
+            "logger=wandb",
+            "trainer.max_steps=4",
+            "rollout.prompts_per_step=4",
+            "algorithm.micro_batch_size=16",
+            "logger.table_every_n_steps=2",
+            "logger.table_rows=8",
+            "eval.every_n_steps=2",
+            "eval.num_prompts=8",
             f"hydra.run.dir={tmp_path}/run",
         ],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "run" / "wandb").glob("offline-run-*")
@@ -32,9 +44,17 @@ def test_offline_run_holds_metrics_completions_table_and_resolved_config(tmp_pat
     train_rows = [r for r in rows if "reward/mean" in r]
     assert len(train_rows) == 4
     for name in (
-        "train/loss", "train/grad_norm", "train/lr", "reward/std", "reward/frac_zero_std",
-        "reward/arithmetic_exact/mean", "kl/mean", "policy/entropy", "completions/mean_length",
-        "health/skipped_steps_total", "rollout/tokens_per_s",
+        "train/loss",
+        "train/grad_norm",
+        "train/lr",
+        "reward/std",
+        "reward/frac_zero_std",
+        "reward/arithmetic_exact/mean",
+        "kl/mean",
+        "policy/entropy",
+        "completions/mean_length",
+        "health/skipped_steps_total",
+        "rollout/tokens_per_s",
     ):
         assert all(isinstance(r.get(name), (int, float)) for r in train_rows), name
     val_rows = [r for r in rows if "val/accuracy" in r]
@@ -47,7 +67,13 @@ def test_offline_run_holds_metrics_completions_table_and_resolved_config(tmp_pat
     assert len(files) == 2
     table = json.loads(files[0].read_text())
     assert table["columns"] == [
-        "step", "prompt", "completion", "reward/arithmetic_exact", "reward/arithmetic_close", "reward", "advantage",
+        "step",
+        "prompt",
+        "completion",
+        "reward/arithmetic_exact",
+        "reward/arithmetic_close",
+        "reward",
+        "advantage",
     ]
     assert len(table["data"]) == 8
     for row in table["data"]:

@@ -21,8 +21,13 @@ import pytest
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 SMALL = [
-    "trainer.max_steps=3", "logger=none", "rollout.prompts_per_step=4", "rollout.num_generations=4",
-    "algorithm.micro_batch_size=16", "eval.num_prompts=4", "eval.before_training=false",
+    "trainer.max_steps=3",
+    "logger=none",
+    "rollout.prompts_per_step=4",
+    "rollout.num_generations=4",
+    "algorithm.micro_batch_size=16",
+    "eval.num_prompts=4",
+    "eval.before_training=false",
 ]
 
 
@@ -40,8 +45,22 @@ def installed(tmp_path_factory):
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
-    shutil.copytree(REPO / "grpo_lightning", src / "grpo_lightning", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", tmp / "dist", src, cwd=tmp)
+    shutil.copytree(
+        REPO / "grpo_lightning", src / "grpo_lightning", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "--quiet",
+        "-w",
+        tmp / "dist",
+        src,
+        cwd=tmp,
+    )
     (wheel,) = (tmp / "dist").glob("grpo_lightning-*.whl")
 
     venv = tmp / "venv"
@@ -50,7 +69,9 @@ def installed(tmp_path_factory):
     run(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--quiet", wheel, cwd=tmp)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "WANDB_API_KEY")}
     env.update(WANDB_SILENT="true", WANDB_MODE="offline")
-    site = run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp, env=env).stdout.strip()
+    site = run(
+        python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp, env=env
+    ).stdout.strip()
     (Path(site) / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     work = tmp / "work"
     work.mkdir()
@@ -60,9 +81,11 @@ def installed(tmp_path_factory):
 def test_the_package_and_its_configs_come_from_the_wheel(installed):
     venv, env, work = installed
     out = run(
-        venv / "bin" / "python", "-c",
+        venv / "bin" / "python",
+        "-c",
         "import grpo_lightning, grpo_lightning.train as t; print(grpo_lightning.__file__); print(t.CONF_DIR)",
-        cwd=work, env=env,
+        cwd=work,
+        env=env,
     ).stdout.split()
     assert all(Path(p).is_relative_to(venv) for p in out), out
     assert (Path(out[1]) / "train.yaml").is_file() and (Path(out[1]) / "task" / "gsm.yaml").is_file()
@@ -79,7 +102,9 @@ def test_cli_finds_options_of_a_users_config_dir(installed):
     venv, env, work = installed
     (work / "my_conf" / "task").mkdir(parents=True)
     (work / "my_conf" / "task" / "sums99.yaml").write_text("defaults:\n  - arithmetic\n  - _self_\nmax_operand: 99\n")
-    out = run(venv / "bin" / "grpo-lightning", "--config-dir", "my_conf", "task=sums99", "--cfg", "job", cwd=work, env=env).stdout
+    out = run(
+        venv / "bin" / "grpo-lightning", "--config-dir", "my_conf", "task=sums99", "--cfg", "job", cwd=work, env=env
+    ).stdout
     assert "max_operand: 99" in out and "arithmetic_close: 0.5" in out
 
 

@@ -21,7 +21,9 @@ class RolloutRecorder(L.Callback):
         self.batches.append(pl_module.last_step.rollout)
 
 
-def small_config(steps: int, mode: str = "sync", staleness: int = 1, max_new_tokens: int = 8, lr: float = 3e-4) -> TrainConfig:
+def small_config(
+    steps: int, mode: str = "sync", staleness: int = 1, max_new_tokens: int = 8, lr: float = 3e-4
+) -> TrainConfig:
     cfg = TrainConfig()
     cfg.logger.kind = "none"
     cfg.trainer.max_steps = steps

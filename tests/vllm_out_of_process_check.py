@@ -23,7 +23,9 @@ def main() -> None:
     tok = build_char_tokenizer()
     torch.manual_seed(5)
     state = ProcessState.capture()
-    engine = VLLMEngine.from_policy(build_tiny_policy(tok), tok, VLLMSettings(in_process=False, max_model_len=64, kv_cache_gib=0.25))
+    engine = VLLMEngine.from_policy(
+        build_tiny_policy(tok), tok, VLLMSettings(in_process=False, max_model_len=64, kv_cache_gib=0.25)
+    )
     state_kept = ProcessState.capture().same_as(state)
     prompt = tok("2+5=")["input_ids"]
     requests = [GenerationRequest(prompt, seed) for seed in (11, 12, 13)]
@@ -37,14 +39,20 @@ def main() -> None:
         logits = trained(ids).logits[0, len(prompt) - 1 : -1]
     expected = logits.log_softmax(-1).gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
     probe = torch.tensor(engine.sequence_logprobs(prompt, completion))
-    print("RESULT " + json.dumps({
-        "state_kept": state_kept,
-        "folder_used": engine._sync_dir is not None,
-        "sync_seconds": seconds,
-        "before": [c.token_ids for c in before],
-        "changed": [c.logprobs for c in after] != [c.logprobs for c in before],
-        "probe_diff": float((probe - expected).abs().max()),
-    }), flush=True)
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "state_kept": state_kept,
+                "folder_used": engine._sync_dir is not None,
+                "sync_seconds": seconds,
+                "before": [c.token_ids for c in before],
+                "changed": [c.logprobs for c in after] != [c.logprobs for c in before],
+                "probe_diff": float((probe - expected).abs().max()),
+            }
+        ),
+        flush=True,
+    )
     engine.close()
 
 

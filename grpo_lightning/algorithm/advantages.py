@@ -59,9 +59,7 @@ def tied_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     return rewards_equal(grouped.max(dim=1).values, grouped.min(dim=1).values)
 
 
-def group_advantages(
-    rewards: torch.Tensor, group_size: int, scale: str = "group", eps: float = 1e-6
-) -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group", eps: float = 1e-6) -> torch.Tensor:
     """Advantage of each completion relative to the other completions of its prompt.
 
     ``rewards`` has shape [N], laid out group after group (the G completions of prompt 0,

@@ -159,8 +159,12 @@ class FusedHeadLogProbs(torch.autograd.Function):
 
 
 def fused_head_log_probs(
-    hidden: torch.Tensor, head: torch.nn.Linear, targets: torch.Tensor, temperature: float,
-    chunk_rows: int, with_entropy: bool,
+    hidden: torch.Tensor,
+    head: torch.nn.Linear,
+    targets: torch.Tensor,
+    temperature: float,
+    chunk_rows: int,
+    with_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(logp, finite, entropy or None) of flat [N, H] ``hidden`` through ``head``; see the module doc."""
     logp, finite, entropy = FusedHeadLogProbs.apply(

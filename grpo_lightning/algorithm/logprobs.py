@@ -47,8 +47,10 @@ def _chunk_log_probs(
 
 
 def _assemble(parts: list, batch: int, time: int, with_entropy: bool) -> TokenLogProbs:
-    logp, ok, entropy = (torch.cat(p) for p in zip(*parts)) if with_entropy else (
-        torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), None
+    logp, ok, entropy = (
+        (torch.cat(p) for p in zip(*parts))
+        if with_entropy
+        else (torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), None)
     )
     return TokenLogProbs(
         logp=logp.view(batch, time),
@@ -72,13 +74,13 @@ def selective_log_probs(
     ``entropy_grad`` (the entropy bonus, ``algorithm.entropy_coef``).
     """
     if logits.shape[:-1] != targets.shape:
-        raise ValueError(
-            f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} do not align"
-        )
+        raise ValueError(f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} do not align")
     batch, time, vocab = logits.shape
     flat_logits, flat_targets = logits.reshape(-1, vocab), targets.reshape(-1)
     parts = [
-        _chunk_log_probs(flat_logits[i : i + chunk_size], flat_targets[i : i + chunk_size], temperature, with_entropy, entropy_grad)
+        _chunk_log_probs(
+            flat_logits[i : i + chunk_size], flat_targets[i : i + chunk_size], temperature, with_entropy, entropy_grad
+        )
         for i in range(0, flat_logits.shape[0], chunk_size)
     ]
     return _assemble(parts, batch, time, with_entropy)
@@ -122,8 +124,10 @@ def lm_head_log_probs(
         return _chunk_log_probs(lm_head(h), t, temperature, with_entropy, entropy_grad)
 
     # One chunk's logits are within the budget anyway: recomputing them would only cost time.
-    recompute = flat_hidden.shape[0] > chunk_size and torch.is_grad_enabled() and (
-        hidden.requires_grad or any(p.requires_grad for p in lm_head.parameters())
+    recompute = (
+        flat_hidden.shape[0] > chunk_size
+        and torch.is_grad_enabled()
+        and (hidden.requires_grad or any(p.requires_grad for p in lm_head.parameters()))
     )
     parts = []
     for i in range(0, flat_hidden.shape[0], chunk_size):

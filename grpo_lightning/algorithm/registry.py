@@ -46,4 +46,3 @@ class Registry(Generic[T]):
 
 def make_registry(kind: str, config_field: str) -> Registry:
     return Registry(kind, config_field, {})
-

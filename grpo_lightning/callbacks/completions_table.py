@@ -39,7 +39,9 @@ class CompletionsTable(L.Callback):
         self.key = key
         self.tables_logged = 0
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
         step = getattr(pl_module, "last_step", None)
         if step is None or step.rollout is None or self.every_n_steps <= 0 or batch_idx % self.every_n_steps:
             return

@@ -48,7 +48,9 @@ class HealthMonitor(L.Callback):
         self.seconds += time.perf_counter() - start
         self.cpu_seconds += time.thread_time() - cpu
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
         start, cpu = time.perf_counter(), time.thread_time()
         try:
             view = self._view(trainer, pl_module)
@@ -63,7 +65,9 @@ class HealthMonitor(L.Callback):
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._val_prompts = 0
 
-    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(
+        self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._val_prompts += len(batch) if hasattr(batch, "__len__") else 0
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -77,7 +81,16 @@ class HealthMonitor(L.Callback):
             finding = observe(float(accuracy), prompts, trainer.global_step) if observe else None
             if finding is not None:
                 causes, fix = check.diagnosis(None)
-                alert = Alert(check.name, check.failure, check.title, trainer.global_step, finding.evidence, causes, fix, finding.values)
+                alert = Alert(
+                    check.name,
+                    check.failure,
+                    check.title,
+                    trainer.global_step,
+                    finding.evidence,
+                    causes,
+                    fix,
+                    finding.values,
+                )
                 self.alerts.append(alert)
                 if check.action == "raise":
                     raise HealthCheckError(alert)
@@ -137,7 +150,9 @@ class HealthMonitor(L.Callback):
             self._streak[check.name] = self._streak[check.name] + 1 if finding else 0
             if finding and self._streak[check.name] == check.patience:
                 causes, fix = check.diagnosis(view)
-                alert = Alert(check.name, check.failure, check.title, view.step, finding.evidence, causes, fix, finding.values)
+                alert = Alert(
+                    check.name, check.failure, check.title, view.step, finding.evidence, causes, fix, finding.values
+                )
                 self.alerts.append(alert)
                 if check.action == "raise" and to_raise is None:
                     to_raise = alert
@@ -173,7 +188,13 @@ class HealthMonitor(L.Callback):
 
     def state_dict(self) -> dict:
         checks = {c.name: {k: v for k, v in vars(c).items() if k not in self._NOT_SAVED} for c in self.checks}
-        state = {"alerts": self.alerts, "active": self.active, "streak": self._streak, "announced": self._announced, "checks": checks}
+        state = {
+            "alerts": self.alerts,
+            "active": self.active,
+            "streak": self._streak,
+            "announced": self._announced,
+            "checks": checks,
+        }
         return {"pickled": pickle.dumps(state)}
 
     def load_state_dict(self, state_dict: dict) -> None:

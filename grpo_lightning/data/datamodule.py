@@ -60,7 +60,11 @@ class PromptDataModule(L.LightningDataModule):
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         per_rank = self.num_batches or len(self.train_records) // (self.prompts_per_step * world)
         sampler = PromptSampler(
-            len(self.train_records), per_rank * self.prompts_per_step, seed=self.seed, rank=rank, world_size=world,
+            len(self.train_records),
+            per_rank * self.prompts_per_step,
+            seed=self.seed,
+            rank=rank,
+            world_size=world,
             batch_size=self.prompts_per_step,
         )
         loader = DataLoader(
@@ -72,7 +76,9 @@ class PromptDataModule(L.LightningDataModule):
         )
         loader = LookaheadLoader(loader, self.lookahead) if self.lookahead > 0 else loader
         # Resumable: a checkpoint records how many batches were trained on (Lightning's count).
-        return ResumableLoader(loader, lambda: trainer.fit_loop.epoch_loop.batch_progress.current.processed if trainer else 0)
+        return ResumableLoader(
+            loader, lambda: trainer.fit_loop.epoch_loop.batch_progress.current.processed if trainer else 0
+        )
 
     def val_dataloader(self) -> DataLoader:
         """The held-out records in order (no shuffling: every evaluation sees the same prompts)."""

@@ -76,9 +76,7 @@ def _check_prompt_shape(prompt, path: str, row: int, column: str) -> None:
     if isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt):
         for message in prompt:
             if message.get("role") not in ROLES or not isinstance(message.get("content"), str):
-                raise DataError(
-                    f"{where}: message {message!r} needs a role in {list(ROLES)} and a string content"
-                )
+                raise DataError(f"{where}: message {message!r} needs a role in {list(ROLES)} and a string content")
         if not any(m["content"].strip() for m in prompt):
             raise DataError(f"{where}: every message is empty; give every row a prompt, or drop the row")
         return

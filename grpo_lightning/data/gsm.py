@@ -33,7 +33,9 @@ def final_answer(solution: str) -> str:
     return match.group(1).replace(",", "").strip()
 
 
-def gsm_records(size: int = 100, seed: int = 0, val_fraction: float = 0.2, language: str = "eng") -> tuple[list[dict], list[dict]]:
+def gsm_records(
+    size: int = 100, seed: int = 0, val_fraction: float = 0.2, language: str = "eng"
+) -> tuple[list[dict], list[dict]]:
     """Up to ``size`` questions as ``{"prompt", "answer"}``, shuffled with ``seed`` and split train / val."""
     records = []
     for path in sorted(gsm_folder(language).glob("*.toml")):

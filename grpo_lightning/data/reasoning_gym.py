@@ -28,8 +28,13 @@ def _reasoning_gym():
 # `operators` made chain_sum and countdown fail). Datasets not listed use reasoning-gym's defaults.
 DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
     "basic_arithmetic": {
-        "min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2, "operators": ["+", "-"],
-        "allow_negation": False, "allow_parentheses": False,
+        "min_terms": 2,
+        "max_terms": 2,
+        "min_digits": 1,
+        "max_digits": 2,
+        "operators": ["+", "-"],
+        "allow_negation": False,
+        "allow_parentheses": False,
     },
 }
 
@@ -60,9 +65,7 @@ def reasoning_gym_records(
         data = rg.create_dataset(dataset, size=size, seed=seed, **options)
     except (KeyError, ValueError, AssertionError) as err:
         raise DataError(f"task.dataset={dataset!r} with task.dataset_options={options}: {err}") from err
-    records = [
-        {"prompt": entry["question"], "answer": str(entry["answer"]), "entry": _plain(entry)} for entry in data
-    ]
+    records = [{"prompt": entry["question"], "answer": str(entry["answer"]), "entry": _plain(entry)} for entry in data]
     num_val = int(len(records) * val_fraction)
     return records[num_val:], records[:num_val]
 

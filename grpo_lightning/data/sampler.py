@@ -22,7 +22,12 @@ from torch.utils.data import DistributedSampler
 
 class PromptSampler(DistributedSampler):
     def __init__(
-        self, dataset_size: int, num_samples: int, seed: int = 0, rank: int = 0, world_size: int = 1,
+        self,
+        dataset_size: int,
+        num_samples: int,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
         batch_size: int = 1,
     ):
         if not 0 <= rank < world_size:

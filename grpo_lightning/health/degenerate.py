@@ -90,7 +90,11 @@ class DegenerateOutputCheck(HealthCheck):
         example = ""
         if degenerate and view.rollout.completions:
             ids, mask = view.completion_ids, view.completion_mask
-            rows = [i for i in range(len(ids)) if mask[i].sum() >= self.cfg.min_tokens and (ids[i][mask[i]] == ids[i][0]).all()]
+            rows = [
+                i
+                for i in range(len(ids))
+                if mask[i].sum() >= self.cfg.min_tokens and (ids[i][mask[i]] == ids[i][0]).all()
+            ]
             if rows:
                 example = f" (e.g. {view.rollout.completions[rows[0]]!r})"
         evidence = (

@@ -28,9 +28,7 @@ class CrossRankDuplicatesCheck(HealthCheck):
             return dict(_ZEROS, samples=float(len(view.completion_hashes)))
         probs = view.sample_probs
         probs = np.zeros(len(view.completion_hashes)) if probs is None else probs
-        local = np.stack(
-            [view.prompt_hashes, view.completion_hashes, probs.astype(np.float64).view(np.int64)], axis=1
-        )
+        local = np.stack([view.prompt_hashes, view.completion_hashes, probs.astype(np.float64).view(np.int64)], axis=1)
         gathered = view.all_gather(local)  # [world, N, 3]
         others = np.concatenate([gathered[r] for r in range(gathered.shape[0]) if r != view.rank])
         same_prompt = local[:, 0:1] == others[None, :, 0]

@@ -52,7 +52,9 @@ class NonFiniteCheck(HealthCheck):
             f"{t['seqs']:.0f} sequences had non-finite log-probs (dropped from the loss)" if t["seqs"] else "",
             f"{t['losses']:.0f} passes had a non-finite loss" if t["losses"] else "",
             f"{t['grads'] / world:.0f} passes had a non-finite gradient" if t["grads"] else "",
-            f"the engine reported non-finite log-probs for {t['engine_seqs']:.0f} sequences" if t["engine_seqs"] else "",
+            f"the engine reported non-finite log-probs for {t['engine_seqs']:.0f} sequences"
+            if t["engine_seqs"]
+            else "",
         ]
         evidence = (
             "; ".join(p for p in parts if p) + f"; {skipped:.0f} of {passes:.0f} optimizer steps of this batch "

@@ -50,7 +50,10 @@ class NormalizationCheck(HealthCheck):
         # With importance weighting the policy term is -A x w by design: only the mode and
         # normalizer of each term are checked then, not its value.
         checkable = (
-            first is not None and first.finite_loss and first.dropped_seqs == 0 and "policy" in declared
+            first is not None
+            and first.finite_loss
+            and first.dropped_seqs == 0
+            and "policy" in declared
             and getattr(view.algorithm, "is_level", "none") == "none"
             and POLICY_LOSSES[view.algorithm.policy_loss].ratio_one_identity
         )
@@ -69,7 +72,8 @@ class NormalizationCheck(HealthCheck):
             stats["numerator"] = float((neg_adv * weight).sum())
             stats["magnitude"] = float((np.abs(neg_adv) * weight).sum())
             stats["normalizer"] = float(
-                lengths.sum() if mode == "token_mean"
+                lengths.sum()
+                if mode == "token_mean"
                 else len(lengths) * (r.max_new_tokens if mode == "seq_mean_token_sum_norm" else 1)
             )
             stats["reported"] = first.policy_loss
@@ -92,8 +96,7 @@ class NormalizationCheck(HealthCheck):
             first = view.result.passes[0]
             used = ", ".join(f"{term}: {rec.mode} / {rec.normalizer:g}" for term, rec in first.aggregation.items())
             problems.append(
-                f"the loss terms did not all use the configured mode {mode} with one normalizer "
-                f"(on this rank: {used})"
+                f"the loss terms did not all use the configured mode {mode} with one normalizer (on this rank: {used})"
             )
         if t["checkable"] == world and t["normalizer"] > 0:
             expected = t["numerator"] / t["normalizer"]

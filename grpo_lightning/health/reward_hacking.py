@@ -51,7 +51,11 @@ class RewardHackingCheck(HealthCheck):
         out: dict[str, float] = {}
         for name, values in sorted(view.rollout.reward_components.items()):
             v = values.detach().cpu().double()
-            out[f"{name}/sum"], out[f"{name}/sq"], out[f"{name}/n"] = float(v.sum()), float((v * v).sum()), float(v.numel())
+            out[f"{name}/sum"], out[f"{name}/sq"], out[f"{name}/n"] = (
+                float(v.sum()),
+                float((v * v).sum()),
+                float(v.numel()),
+            )
         return out
 
     @staticmethod
@@ -82,7 +86,8 @@ class RewardHackingCheck(HealthCheck):
         always_zero = all(self._half([e], correct)[2] == 0.0 for e in self._window)
         fell = c0 - c1 > max(self.cfg.min_fall, 2 * c_se)
         rising = [
-            name for name, (m0, m1, se) in trends.items()
+            name
+            for name, (m0, m1, se) in trends.items()
             if name != correct and m1 - m0 > max(self.cfg.min_rise, 2 * se)
         ]
         metrics["shaping_rising"] = float(len(rising))
@@ -139,7 +144,9 @@ class RewardHackingCheck(HealthCheck):
 
     @staticmethod
     def _component_means(view: StepView) -> str:
-        return ", ".join(f"{n} {float(v.float().mean()):.3f}" for n, v in sorted(view.rollout.reward_components.items()))
+        return ", ".join(
+            f"{n} {float(v.float().mean()):.3f}" for n, v in sorted(view.rollout.reward_components.items())
+        )
 
     def diagnosis(self, view: StepView | None) -> tuple[str, str]:
         view = view or self._last_view

@@ -25,12 +25,21 @@ class TruncationCheck(HealthCheck):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self._window: deque[np.ndarray] = deque(maxlen=cfg.window)  # (cut, sequences, reward cut, reward finished, finished)
+        self._window: deque[np.ndarray] = deque(
+            maxlen=cfg.window
+        )  # (cut, sequences, reward cut, reward finished, finished)
 
     def measure(self, view: StepView) -> dict[str, float]:
         r = view.rollout
         if r.finished is None:
-            return {"cut": 0.0, "sequences": 0.0, "reward_cut": 0.0, "reward_finished": 0.0, "finished": 0.0, "length": 0.0}
+            return {
+                "cut": 0.0,
+                "sequences": 0.0,
+                "reward_cut": 0.0,
+                "reward_finished": 0.0,
+                "finished": 0.0,
+                "length": 0.0,
+            }
         finished = r.finished.bool().cpu()
         rewards = r.rewards.detach().cpu().double()
         return {

@@ -66,7 +66,7 @@ def _switch_on(value: str) -> bool:
     """As torch reads the switch (C ``atoi``): a leading integer other than 0 turns it on."""
     digits = value.strip()
     sign = digits[:1] if digits[:1] in "+-" else ""
-    digits = digits[len(sign):]
+    digits = digits[len(sign) :]
     number = digits[: len(digits) - len(digits.lstrip("0123456789"))]
     return bool(number) and int(number) != 0
 
@@ -82,9 +82,13 @@ def huge_pages_report() -> str | None:
         kernel = "unknown"
     if torch_uses_huge_pages():
         if "[never]" in kernel:
-            return (f"CPU tensors: torch asks for huge pages but the kernel has them off ({KERNEL_HUGE_PAGES}: {kernel}); "
-                    "peak memory is higher without them (README, Memory)")
-        return f"CPU tensors of 2 MiB and more on transparent huge pages ({HUGE_PAGES_SWITCH}={switch}; kernel: {kernel})"
+            return (
+                f"CPU tensors: torch asks for huge pages but the kernel has them off ({KERNEL_HUGE_PAGES}: {kernel}); "
+                "peak memory is higher without them (README, Memory)"
+            )
+        return (
+            f"CPU tensors of 2 MiB and more on transparent huge pages ({HUGE_PAGES_SWITCH}={switch}; kernel: {kernel})"
+        )
     if switch is not None and not _switch_on(switch):
         return f"CPU tensors: huge pages off ({HUGE_PAGES_SWITCH}={switch})"
     return (

@@ -54,8 +54,14 @@ class CompletionLogProbs:
         self.last_padding_share: float | None = None  # of the last packed micro-batch
 
     def __call__(
-        self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int,
-        temperature: float, with_entropy: bool = False, entropy_grad: bool = False,
+        self,
+        model: nn.Module,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        prompt_width: int,
+        temperature: float,
+        with_entropy: bool = False,
+        entropy_grad: bool = False,
         packed: Callable[[], PackedMicroBatch] | None = None,
     ) -> TokenLogProbs:
         """``packed``, if given, returns these rows already packed (a micro-batch packs once for all its passes)."""
@@ -73,8 +79,14 @@ class CompletionLogProbs:
         return max(1, int(self.chunk_mb * 2**20) // (4 * vocab_size))
 
     def padded(
-        self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int,
-        temperature: float, with_entropy: bool = False, entropy_grad: bool = False,
+        self,
+        model: nn.Module,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        prompt_width: int,
+        temperature: float,
+        with_entropy: bool = False,
+        entropy_grad: bool = False,
     ) -> TokenLogProbs:
         """The rows as they are (left-padded prompts, right-padded completions).
 
@@ -95,21 +107,31 @@ class CompletionLogProbs:
         return selective_log_probs(logits, targets, temperature, rows, with_entropy, entropy_grad)
 
     def packed(
-        self, model: nn.Module, packed: PackedMicroBatch, temperature: float,
-        with_entropy: bool = False, entropy_grad: bool = False,
+        self,
+        model: nn.Module,
+        packed: PackedMicroBatch,
+        temperature: float,
+        with_entropy: bool = False,
+        entropy_grad: bool = False,
     ) -> TokenLogProbs:
         """The packed rows; the output head sees only the positions that predict a completion token."""
-        inputs = dict(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=None, use_cache=False)
+        inputs = dict(
+            input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=None, use_cache=False
+        )
         targets = packed.targets[None]
         head = plain_output_head(model)
         if head is not None:
             hidden = model.get_decoder()(**inputs).last_hidden_state
             chosen = hidden.reshape(-1, hidden.shape[-1])[packed.source][None]
-            out = lm_head_log_probs(chosen, head, targets, temperature, self._chunk_rows(head.out_features), with_entropy, entropy_grad)
+            out = lm_head_log_probs(
+                chosen, head, targets, temperature, self._chunk_rows(head.out_features), with_entropy, entropy_grad
+            )
         else:
             logits = model(**inputs).logits
             chosen = logits.reshape(-1, logits.shape[-1])[packed.source][None]
-            out = selective_log_probs(chosen, targets, temperature, self._chunk_rows(logits.shape[-1]), with_entropy, entropy_grad)
+            out = selective_log_probs(
+                chosen, targets, temperature, self._chunk_rows(logits.shape[-1]), with_entropy, entropy_grad
+            )
         valid = packed.completion_valid
         return TokenLogProbs(
             logp=scatter_completion(out.logp[0], valid, 0.0),

@@ -187,7 +187,11 @@ def _merged_weight(layer: nn.Module, weight: torch.Tensor, state: dict, owner: s
     for name in layer.active_adapters:
         if name not in layer.lora_A:
             continue
-        plain = isinstance(layer.lora_A[name], nn.Linear) and not getattr(layer, "fan_in_fan_out", False) and not layer.use_dora.get(name, False)
+        plain = (
+            isinstance(layer.lora_A[name], nn.Linear)
+            and not getattr(layer, "fan_in_fan_out", False)
+            and not layer.use_dora.get(name, False)
+        )
         base = merged if merged is not None else weight
         if plain:  # one fused matmul-add, no separate delta tensor
             a = state.get(f"{owner}.lora_A.{name}.weight", layer.lora_A[name].weight).float()
@@ -216,7 +220,9 @@ def save_adapter(model: nn.Module, folder: str | Path, state: dict[str, torch.Te
     return folder
 
 
-def save_merged(model: nn.Module, folder: str | Path, tokenizer=None, state: dict[str, torch.Tensor] | None = None) -> Path:
+def save_merged(
+    model: nn.Module, folder: str | Path, tokenizer=None, state: dict[str, torch.Tensor] | None = None
+) -> Path:
     """A plain Hugging Face folder of the policy with its adapters merged in.
 
     Loads with ``AutoModelForCausalLM.from_pretrained`` alone (no peft), in vLLM too. The

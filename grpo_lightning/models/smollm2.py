@@ -89,9 +89,7 @@ def ensure_smollm2(target: Path | None = None) -> Path:
         tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
         steps.update()
         steps.set_postfix_str("dequantizing Q4_1 weights (15-20 s)")
-        quantized = AutoModelForCausalLM.from_pretrained(
-            str(source.parent), gguf_file=source.name, dtype=torch.float32
-        )
+        quantized = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.float32)
         steps.update()
         steps.set_postfix_str("plain float32 model")
         config = AutoConfig.from_pretrained(str(source.parent), gguf_file=source.name)

@@ -34,8 +34,12 @@ def overlong_penalty_value(length: int, max_tokens: int, buffer: int) -> float:
 
 @register_reward("overlong_penalty")
 def overlong_penalty(
-    prompts: list[str], completions: list[str], completion_ids: list[list[int]] | None = None,
-    max_new_tokens: list[int] | None = None, overlong_buffer_tokens: list[int] | None = None, **_,
+    prompts: list[str],
+    completions: list[str],
+    completion_ids: list[list[int]] | None = None,
+    max_new_tokens: list[int] | None = None,
+    overlong_buffer_tokens: list[int] | None = None,
+    **_,
 ) -> list[float]:
     """DAPO's soft overlong punishment in tokens: 0 up to ``max_new_tokens - buffer``, then
     linearly down to -1 at ``max_new_tokens`` (buffer: the record field

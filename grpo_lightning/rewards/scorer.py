@@ -83,9 +83,7 @@ class RewardScorer:
         """``extra``: ``completion_ids``, ``trainer_state`` (passed to the functions that take them)."""
         kwargs = {**sample_fields, **extra}
         raw = self._call_all(prompts, completions, kwargs)
-        components = {
-            r.name: self._validated(r.name, raw[r.name], prompts) for r in self.rewards
-        }
+        components = {r.name: self._validated(r.name, raw[r.name], prompts) for r in self.rewards}
         weighted = torch.stack([r.weight * components[r.name] for r in self.rewards])
         applied = ~torch.isnan(weighted)
         none_apply = (~applied.any(dim=0)).nonzero().flatten().tolist()

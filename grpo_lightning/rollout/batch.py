@@ -66,8 +66,12 @@ class RolloutBatch:
         """Right-pad completions into ids, mask, finished flags and (if every one has them) logprobs."""
         width = max(1, max(len(c.token_ids) for c in completions))
         # Padded as Python lists and converted once: a tensor per row costs more than the rows.
-        ids = torch.tensor([list(c.token_ids) + [pad_id] * (width - len(c.token_ids)) for c in completions], dtype=torch.long)
-        mask = torch.tensor([[1] * len(c.token_ids) + [0] * (width - len(c.token_ids)) for c in completions], dtype=torch.long)
+        ids = torch.tensor(
+            [list(c.token_ids) + [pad_id] * (width - len(c.token_ids)) for c in completions], dtype=torch.long
+        )
+        mask = torch.tensor(
+            [[1] * len(c.token_ids) + [0] * (width - len(c.token_ids)) for c in completions], dtype=torch.long
+        )
         has_logprobs = all(c.logprobs is not None for c in completions)
         logprobs = None
         if has_logprobs:

@@ -51,7 +51,9 @@ class DynamicSampling:
         self.pool = pool
         self.max_rounds = max_rounds
 
-    def extra_prompts(self, run_seed: int, rank: int, step: int, round_index: int, count: int, used: set[str]) -> list[dict]:
+    def extra_prompts(
+        self, run_seed: int, rank: int, step: int, round_index: int, count: int, used: set[str]
+    ) -> list[dict]:
         """Round ``round_index``'s prompts: a seeded permutation of the pool, minus prompts used this step."""
         generator = torch.Generator().manual_seed(sample_seed(run_seed, rank, step, -round_index, -1))
         order = torch.randperm(len(self.pool), generator=generator).tolist()
@@ -86,13 +88,18 @@ class DynamicSampling:
         found = min(len(informative), wanted)
         chosen = informative[:wanted] + tied[: wanted - found]
         batch = generator.assemble(
-            [g[0] for g in chosen], [q for g in chosen for q in g[1]], [c for g in chosen for c in g[2]],
-            step, time.perf_counter() - start,
+            [g[0] for g in chosen],
+            [q for g in chosen for q in g[1]],
+            [c for g in chosen for c in g[2]],
+            step,
+            time.perf_counter() - start,
         )
-        batch.timing.update({
-            "rollout/sampling_rounds": float(rounds),
-            "rollout/prompts_generated": float(generated),
-            "rollout/informative_groups": float(found),
-            "rollout/informative_frac_first_round": first_frac,
-        })
+        batch.timing.update(
+            {
+                "rollout/sampling_rounds": float(rounds),
+                "rollout/prompts_generated": float(generated),
+                "rollout/informative_groups": float(found),
+                "rollout/informative_frac_first_round": first_frac,
+            }
+        )
         return batch

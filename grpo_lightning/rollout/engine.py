@@ -44,6 +44,4 @@ class EngineError(RuntimeError):
 class RolloutEngine(Protocol):
     """Samples one completion per request, each from the stream its seed names."""
 
-    def generate(
-        self, requests: list[GenerationRequest], sampling: SamplingSettings
-    ) -> list[Completion]: ...
+    def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]: ...

@@ -58,7 +58,11 @@ def fused_decode_support(model: nn.Module, total_length: int) -> str | None:
             return "its projections are not plain nn.Linear layers (LoRA adapters, quantized weights)"
     if any(p.dtype != torch.float32 for p in model.parameters()):
         return "its weights are not float32"
-    copied = sum(p.weight.numel() * p.weight.element_size() for layer in model.model.layers for p in _projections(layer, fused_only=True))
+    copied = sum(
+        p.weight.numel() * p.weight.element_size()
+        for layer in model.model.layers
+        for p in _projections(layer, fused_only=True)
+    )
     if copied > FUSED_MAX_COPY_BYTES:
         return (
             f"its fused weights would copy {copied / 2**20:.0f} MiB per rollout (more than "
@@ -122,7 +126,9 @@ class _LayerWeights:
         # One matmul gives q and k side by side (rotated together), then v.
         self.qkv_weight, self.qkv_bias = _fused_linear(qk, v)
         self.split = [qk[0].shape[0], kv_width]
-        self.gate_up_weight, self.gate_up_bias = _fused_linear(*(_weight_and_bias(p) for p in (layer.mlp.gate_proj, layer.mlp.up_proj)))
+        self.gate_up_weight, self.gate_up_bias = _fused_linear(
+            *(_weight_and_bias(p) for p in (layer.mlp.gate_proj, layer.mlp.up_proj))
+        )
         self.o_proj = (attention.o_proj.weight, attention.o_proj.bias)
         self.down_proj = (layer.mlp.down_proj.weight, layer.mlp.down_proj.bias)
         self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
@@ -152,7 +158,9 @@ class FusedDecoder:
     :class:`FusedWeights` (built here if not given).
     """
 
-    def __init__(self, model: nn.Module, prompt_mask: torch.Tensor, max_steps: int, weights: FusedWeights | None = None):
+    def __init__(
+        self, model: nn.Module, prompt_mask: torch.Tensor, max_steps: int, weights: FusedWeights | None = None
+    ):
         self.weights = weights = weights if weights is not None else FusedWeights(model)
         batch, prefilled = prompt_mask.shape
         length = prefilled + max(max_steps, 0)

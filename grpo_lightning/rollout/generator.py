@@ -122,7 +122,9 @@ class RolloutGenerator:
             completions = self.engine.generate(requests, self.sampling)
         return self.assemble(records, requests, completions, step, time.perf_counter() - start)
 
-    def build_requests(self, records: list[dict], step: int, rank: int, first_prompt: int = 0) -> list[GenerationRequest]:
+    def build_requests(
+        self, records: list[dict], step: int, rank: int, first_prompt: int = 0
+    ) -> list[GenerationRequest]:
         """G requests per record, prompt-major, each with the seed of (run, rank, step, prompt, sample);
         the records' prompt indices start at ``first_prompt`` (extra rounds of dynamic sampling)."""
         # Prompt indices first_prompt.. : the tail of the seeds of first_prompt + len(records) prompts.
@@ -130,13 +132,16 @@ class RolloutGenerator:
         seeds = seeds[first_prompt * self.num_generations :]
         expanded = [record for record in records for _ in range(self.num_generations)]
         return [
-            GenerationRequest(self.tokenize_prompt(record["prompt"]), seed)
-            for record, seed in zip(expanded, seeds)
+            GenerationRequest(self.tokenize_prompt(record["prompt"]), seed) for record, seed in zip(expanded, seeds)
         ]
 
     def assemble(
-        self, records: list[dict], requests: list[GenerationRequest], completions: list[Completion],
-        step: int, generation_seconds: float,
+        self,
+        records: list[dict],
+        requests: list[GenerationRequest],
+        completions: list[Completion],
+        step: int,
+        generation_seconds: float,
     ) -> RolloutBatch:
         """Pad, decode and score the completions of ``requests`` into the batch of ``step``."""
         start = time.perf_counter()
@@ -149,8 +154,11 @@ class RolloutGenerator:
         fields = {key: [record.get(key) for record in expanded] for key in records[0] if key != "prompt"}
         fields["max_new_tokens"] = [self.sampling.max_new_tokens] * len(completions)  # the budget (overlong_penalty)
         rewards, components = self.scorer(
-            prompts, as_reward_completions(prompts, texts), fields,
-            completion_ids=[list(c.token_ids) for c in completions], trainer_state=RewardState(global_step=step),
+            prompts,
+            as_reward_completions(prompts, texts),
+            fields,
+            completion_ids=[list(c.token_ids) for c in completions],
+            trainer_state=RewardState(global_step=step),
         )
         if prompts and not isinstance(prompts[0], str):  # chat messages: the batch keeps their text
             prompts = [self.tokenizer.decode(r.prompt_ids) for r in requests]
@@ -181,7 +189,9 @@ class RolloutGenerator:
         )
 
     # ----------------------------------------------------------------------- weights
-    def sync_weights(self, module, step: int, probe: RolloutBatch | None = None, force: bool = False) -> dict[str, float]:
+    def sync_weights(
+        self, module, step: int, probe: RolloutBatch | None = None, force: bool = False
+    ) -> dict[str, float]:
         """Push the policy's weights into an engine that has its own (due every ``sync_every``
         steps, or now with ``force``); returns the metrics to log (empty when nothing ran)."""
         sync = self.weight_sync
@@ -200,4 +210,3 @@ class RolloutGenerator:
         if self._owns_engine and hasattr(self.engine, "close"):
             self.engine.close()
             self.engine, self._owns_engine = None, False
-

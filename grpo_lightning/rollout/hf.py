@@ -59,8 +59,12 @@ class _ForwardDecoder:
 
     def prefill(self, prompt_ids: torch.Tensor) -> torch.Tensor:
         logits = self.model(
-            input_ids=prompt_ids, attention_mask=self.mask, position_ids=self.position, past_key_values=self.cache,
-            use_cache=True, logits_to_keep=1,
+            input_ids=prompt_ids,
+            attention_mask=self.mask,
+            position_ids=self.position,
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
         ).logits[:, -1]
         self.position = self.position[:, -1:]
         return logits
@@ -69,8 +73,11 @@ class _ForwardDecoder:
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
         self.position = self.position + 1
         return self.model(
-            input_ids=tokens[:, None], attention_mask=self.mask, position_ids=self.position,
-            past_key_values=self.cache, use_cache=True,
+            input_ids=tokens[:, None],
+            attention_mask=self.mask,
+            position_ids=self.position,
+            past_key_values=self.cache,
+            use_cache=True,
         ).logits[:, -1]
 
 
@@ -114,8 +121,13 @@ class HFEngine:
     """Generates with the policy itself (colocated: no weight sync is ever needed)."""
 
     def __init__(
-        self, model: PreTrainedModel, pad_token_id: int, eos_token_id: int, batch_size: int = 64,
-        progress_min_tokens: int = 0, decoder: str = "fused",
+        self,
+        model: PreTrainedModel,
+        pad_token_id: int,
+        eos_token_id: int,
+        batch_size: int = 64,
+        progress_min_tokens: int = 0,
+        decoder: str = "fused",
     ):
         if decoder not in HF_DECODERS:
             raise ValueError(f"rollout.hf_decoder={decoder!r} is not allowed; choose one of {list(HF_DECODERS)}")
@@ -132,9 +144,7 @@ class HFEngine:
         self.progress_min_tokens = progress_min_tokens
 
     @torch.no_grad()
-    def generate(
-        self, requests: list[GenerationRequest], sampling: SamplingSettings
-    ) -> list[Completion]:
+    def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
         was_training = self.model.training
         self.model.eval()
         try:
@@ -150,13 +160,14 @@ class HFEngine:
     def _progress(self, requests: list[GenerationRequest], sampling: SamplingSettings):
         show = 0 < self.progress_min_tokens <= sampling.max_new_tokens
         return tqdm(
-            total=sampling.max_new_tokens, desc=f"rollout: {len(requests)} sequences", unit="tok",
-            leave=False, disable=not show,
+            total=sampling.max_new_tokens,
+            desc=f"rollout: {len(requests)} sequences",
+            unit="tok",
+            leave=False,
+            disable=not show,
         )
 
-    def _generate_chunk(
-        self, requests: list[GenerationRequest], sampling: SamplingSettings
-    ) -> list[Completion]:
+    def _generate_chunk(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
         if self.decoder in ("loop", "fused") and not is_sharded(self.model):
             return self._decode_chunk(requests, sampling)
         device = next(self.model.parameters()).device

@@ -21,9 +21,7 @@ def sample_seed(run_seed: int, rank: int, step: int, prompt_index: int, sample_i
     return int.from_bytes(digest, "little") >> (64 - _SEED_BITS)
 
 
-def group_seeds(
-    run_seed: int, rank: int, step: int, num_prompts: int, num_generations: int
-) -> list[int]:
+def group_seeds(run_seed: int, rank: int, step: int, num_prompts: int, num_generations: int) -> list[int]:
     """Seeds for a generation batch laid out group after group (prompt-major)."""
     return [
         sample_seed(run_seed, rank, step, prompt, sample)

@@ -105,7 +105,9 @@ def save_weights_folder(named_tensors, folder: str) -> str:
 
 
 def _rank() -> int:
-    return torch.distributed.get_rank() if torch.distributed.is_available() and torch.distributed.is_initialized() else 0
+    return (
+        torch.distributed.get_rank() if torch.distributed.is_available() and torch.distributed.is_initialized() else 0
+    )
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -127,10 +129,25 @@ class VLLMServer:
         self.log_path = Path(self._model_dir.name) / "server.log"
         s = settings
         command = [
-            sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self._model_dir.name,
-            "--served-model-name", SERVED_NAME, "--host", s.host, "--port", str(s.port), "--dtype", s.dtype,
-            "--seed", str(s.seed), "--logprobs-mode", "processed_logprobs",
-            "--kv-cache-memory-bytes", str(int(s.kv_cache_gib * 2**30)),
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            self._model_dir.name,
+            "--served-model-name",
+            SERVED_NAME,
+            "--host",
+            s.host,
+            "--port",
+            str(s.port),
+            "--dtype",
+            s.dtype,
+            "--seed",
+            str(s.seed),
+            "--logprobs-mode",
+            "processed_logprobs",
+            "--kv-cache-memory-bytes",
+            str(int(s.kv_cache_gib * 2**30)),
         ]
         if s.enforce_eager:
             command.append("--enforce-eager")
@@ -139,8 +156,12 @@ class VLLMServer:
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
         self._log = open(self.log_path, "w")
         self.process = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, env=env,
-            start_new_session=True, preexec_fn=_die_with_parent,
+            command,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         # Stopped at interpreter exit too, if nobody called stop().
         self._finalizer = weakref.finalize(self, VLLMServer._terminate, self.process, self._log, self._model_dir)
@@ -154,7 +175,11 @@ class VLLMServer:
     def wait_healthy(self, client) -> float:
         """Poll ``/health`` until it answers 200; returns the seconds it took (progress on stderr)."""
         start, deadline, last_note = time.perf_counter(), time.perf_counter() + self.settings.start_timeout_s, 0.0
-        print(f"[grpo_lightning] starting the vLLM server at {self.url} (log: {self.log_path}) ...", file=sys.stderr, flush=True)
+        print(
+            f"[grpo_lightning] starting the vLLM server at {self.url} (log: {self.log_path}) ...",
+            file=sys.stderr,
+            flush=True,
+        )
         while time.perf_counter() < deadline:
             if self.process.poll() is not None:
                 raise VLLMServerError(
@@ -167,7 +192,11 @@ class VLLMServer:
                 return elapsed
             if time.perf_counter() - last_note > 15:
                 last_note = time.perf_counter()
-                print(f"[grpo_lightning] waiting for the vLLM server ({last_note - start:.0f} s) ...", file=sys.stderr, flush=True)
+                print(
+                    f"[grpo_lightning] waiting for the vLLM server ({last_note - start:.0f} s) ...",
+                    file=sys.stderr,
+                    flush=True,
+                )
             time.sleep(0.5)
         self.stop()
         raise VLLMServerError(
@@ -239,7 +268,9 @@ class ServerClient:
                 f"{self.timeout_s:g} s ({type(err).__name__}){self._gone()}"
             ) from err
         except httpx.HTTPError as err:
-            raise VLLMServerError(f"the vLLM server {self.url} failed {what}: {type(err).__name__}: {err}{self._gone()}") from err
+            raise VLLMServerError(
+                f"the vLLM server {self.url} failed {what}: {type(err).__name__}: {err}{self._gone()}"
+            ) from err
         if response.status_code != 200:
             raise VLLMServerError(
                 f"the vLLM server {self.url} answered {what} with HTTP {response.status_code}: "
@@ -266,8 +297,12 @@ class VLLMServerEngine:
         self.settings = settings
         self.server = server
         self.eos_token_id = eos_token_id
-        self.client = ServerClient(settings.base_url, settings.timeout_s, settings.concurrency,
-                                   why_gone=server.exited if server is not None else (lambda: None))
+        self.client = ServerClient(
+            settings.base_url,
+            settings.timeout_s,
+            settings.concurrency,
+            why_gone=server.exited if server is not None else (lambda: None),
+        )
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-server-engine")
         self._requests = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="vllm-server-request")
         self._sync_dir = None if settings.sync_dir else tempfile.TemporaryDirectory(prefix="grpo-vllm-sync-")
@@ -328,9 +363,16 @@ class VLLMServerEngine:
 
     def _one(self, request: GenerationRequest, sampling: SamplingSettings) -> Completion:
         body = {
-            "model": self.client.model, "prompt": list(request.prompt_ids), "max_tokens": sampling.max_new_tokens,
-            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k if sampling.top_k > 0 else 0,
-            "seed": request.seed, "logprobs": 0, "return_token_ids": True, "n": 1,
+            "model": self.client.model,
+            "prompt": list(request.prompt_ids),
+            "max_tokens": sampling.max_new_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k if sampling.top_k > 0 else 0,
+            "seed": request.seed,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "n": 1,
         }
         choice = self.client.call("POST", "/v1/completions", "a generation request", json=body)["choices"][0]
         tokens = list(choice["token_ids"])
@@ -341,8 +383,15 @@ class VLLMServerEngine:
     def sequence_logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
         """The server's log-probs (temperature 1) of ``completion_ids`` after ``prompt_ids``."""
         sequence = list(prompt_ids) + list(completion_ids)
-        body = {"model": self.client.model, "prompt": sequence, "max_tokens": 1, "temperature": 1.0,
-                "prompt_logprobs": 0, "seed": 0, "n": 1}
+        body = {
+            "model": self.client.model,
+            "prompt": sequence,
+            "max_tokens": 1,
+            "temperature": 1.0,
+            "prompt_logprobs": 0,
+            "seed": 0,
+            "n": 1,
+        }
         choice = self.client.call("POST", "/v1/completions", "a probe scoring request", json=body)["choices"][0]
         scored = choice["prompt_logprobs"]
         return [float(scored[i][str(sequence[i])]["logprob"]) for i in range(len(prompt_ids), len(sequence))]
@@ -367,11 +416,16 @@ class VLLMServerEngine:
         folder = save_weights_folder(named_tensors, self.settings.sync_dir or self._sync_dir.name)
         rpc = {"method": "reload_weights", "kwargs": {"weights_path": folder}}
         self.client.call(
-            "POST", "/collective_rpc", "the weight reload", json=rpc,
+            "POST",
+            "/collective_rpc",
+            "the weight reload",
+            json=rpc,
             hint=" (a server started by hand needs VLLM_SERVER_DEV_MODE=1 for /collective_rpc)",
         )
         self.client.call("POST", "/reset_prefix_cache", "the prefix-cache reset")
-        self.client.call("POST", "/update_weight_version", "the weight version update", json={"new_version": str(version)})
+        self.client.call(
+            "POST", "/update_weight_version", "the weight version update", json={"new_version": str(version)}
+        )
 
     def _wait_for_version(self, version: int) -> None:
         deadline = time.perf_counter() + self.settings.timeout_s

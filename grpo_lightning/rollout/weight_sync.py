@@ -75,9 +75,12 @@ class WeightSync:
         was_training = module.policy.training
         module.policy.eval()
         try:
-            policy_logp = module.completion_log_probs(
-                module.policy, ids, torch.ones_like(ids), len(prompt), temperature=1.0
-            ).logp[0].float().cpu()
+            policy_logp = (
+                module.completion_log_probs(module.policy, ids, torch.ones_like(ids), len(prompt), temperature=1.0)
+                .logp[0]
+                .float()
+                .cpu()
+            )
         finally:
             module.policy.train(was_training)
         diff = float((engine_logp - policy_logp).abs().max())
