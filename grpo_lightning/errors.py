@@ -1,0 +1,40 @@
+"""The errors a user can cause, as one small hierarchy.
+
+A :class:`UserError` is something the user can fix (a config value, a data file, a reward
+function, a checkpoint, a server): the CLI prints its message in one or two lines and exits
+with code 2. Every other exception is a bug of ours and keeps its traceback.
+
+This module imports nothing from the package: every layer may raise these.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Something the user can fix; the message names the field, file, row or function and the fix."""
+
+    exit_code = 2
+
+
+class ConfigError(UserError, ValueError):
+    """One or more config fields hold invalid values; the message names each and its fix."""
+
+
+class DataError(UserError, ValueError):
+    """A prompt file or dataset cannot be used; the message names the file (and row) and the fix."""
+
+
+class RewardError(UserError, RuntimeError):
+    """A reward function failed or returned something unusable; the message names the function."""
+
+
+class CheckpointError(UserError, RuntimeError):
+    """A checkpoint cannot be resumed from (corrupt, foreign, unsafe); the message names the file."""
+
+
+class ServerError(UserError, RuntimeError):
+    """A rollout server is unreachable, wedged or not ours; the message names the server."""
+
+
+class PluginError(ConfigError):
+    """A plug-in file or module named in ``plugins=`` cannot be imported or registers badly."""
