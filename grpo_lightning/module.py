@@ -402,8 +402,9 @@ class GRPOModule(L.LightningModule):
         ids = torch.cat([rollout.prompt_ids, rollout.completion_ids], dim=1)
         attn = torch.cat([rollout.prompt_mask, rollout.completion_mask], dim=1)
         width = rollout.prompt_ids.shape[1]
-        for start in range(0, rollout.num_sequences, self.cfg.micro_batch_size):
-            rows = slice(start, start + self.cfg.micro_batch_size)
+        size = self.cfg.micro_batch(rollout.num_sequences)  # resolves micro_batch_size=auto
+        for start in range(0, rollout.num_sequences, size):
+            rows = slice(start, start + size)
             prompt_used = rollout.prompt_mask[rows].any(dim=0).nonzero()
             first = int(prompt_used[0]) if len(prompt_used) else width
             completion_used = rollout.completion_mask[rows].any(dim=0).nonzero()

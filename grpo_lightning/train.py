@@ -7,41 +7,29 @@ build the run (``build.build_run``), fit.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import hydra
-from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_lightning.build import build_run, fit
-from grpo_lightning.config import ConfigError, TaskConfig, TrainConfig
+from grpo_lightning.config import ConfigError, TrainConfig
+from grpo_lightning.config.compose import CONF_DIR, SCHEMA, finish, plan
 from grpo_lightning.data.files import DataError
+from grpo_lightning.errors import UserError
 from grpo_lightning.rollout.engine import EngineError
 
-# The configs ship inside the package (grpo_lightning/conf), so an installed wheel has them too.
-CONF_DIR = Path(__file__).resolve().parent / "conf"
+_SCHEMA = SCHEMA  # the schema Hydra composes onto (grpo_lightning/config/compose.py says why)
+__all__ = ["CONF_DIR", "cli", "main", "run", "to_train_config"]
 
-# The schema Hydra composes onto: the dataclass defaults, except that task.rewards is empty and
-# every conf/task/*.yaml names its own rewards. This is still needed:
-# - Hydra merges dicts key-wise and a config file cannot replace or delete one (Hydra issue
-#   #1896): a task file's rewards merged onto the arithmetic default would keep the arithmetic
-#   rewards too, a `???` value merged onto a dict is skipped, and `~task.rewards` is a
-#   command-line override that a schema field refuses ("does not support deletion").
-# - TaskConfig keeps the arithmetic rewards as its default because TrainConfig() in Python is the
-#   arithmetic task and must run as it is (README, notebook). Filling an empty default from the
-#   task instead would hide the rewards from --cfg job and the logged config, or list every
-#   task's rewards twice (in code and in its YAML file).
-# So conf/task/arithmetic.yaml names the same rewards as TaskConfig's default (tests/test_config.py
-# checks that the composed default equals TrainConfig()), and CLI overrides keep merging key-wise:
-# task.rewards.x=w changes a weight, +task.rewards.x=w or +task.rewards={x:w} adds one,
-# ~task.rewards.x removes one (tests/test_tasks.py).
-_SCHEMA = TrainConfig(task=TaskConfig(rewards={}))
-ConfigStore.instance().store(name="train_schema", node=_SCHEMA)
+# Overrides held back from Hydra by phase 1 (dict assignments such as task.rewards={...}),
+# applied by to_train_config on what Hydra composed (grpo_lightning/config/compose.py).
+_DEFERRED: list = []
 
 
 def to_train_config(cfg: DictConfig) -> TrainConfig:
-    """The composed DictConfig as a typed ``TrainConfig`` (Hydra already type-checked it)."""
-    return OmegaConf.to_object(cfg)
+    """The composed DictConfig as a typed ``TrainConfig``: held-back overrides applied, unknown
+    keys refused (Hydra already type-checked the rest)."""
+    return finish(cfg, _DEFERRED)
 
 
 class Interrupted(Exception):
@@ -83,8 +71,8 @@ def run(cfg: TrainConfig, logged_config: dict | None = None) -> dict[str, float]
 
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    train_cfg = to_train_config(cfg)
     try:
+        train_cfg = to_train_config(cfg)
         metrics = run(train_cfg, logged_config=OmegaConf.to_container(cfg, resolve=True))
     except (ConfigError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -98,5 +86,18 @@ def main(cfg: DictConfig) -> None:
     print(f"final metrics: {shown}")
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console script: phase 1 of the composition (import ``plugins``, hold back dict
+    assignments) on the command line, then Hydra composes and runs :func:`main`."""
+    try:
+        steps = plan(sys.argv[1:])
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(err.exit_code)
+    _DEFERRED[:] = steps.deferred
+    sys.argv[1:] = steps.hydra
     main()
+
+
+if __name__ == "__main__":
+    cli()

@@ -68,7 +68,7 @@ def repeated_values(option: dict, base: dict, prefix: str):
 
 @pytest.mark.parametrize("option", GROUP_OPTIONS)
 def test_a_group_option_holds_only_what_differs_from_the_defaults(option):
-    """One source of truth: defaults live in grpo_lightning/config.py, never repeated in a YAML file.
+    """One source of truth: defaults live in grpo_lightning/config/, never repeated in a YAML file.
 
     An option is merged onto the schema (the dataclass defaults), or onto the options of its own
     group that its defaults list names first (dapo.yaml starts from grpo.yaml).
@@ -99,7 +99,7 @@ def test_a_group_option_holds_only_what_differs_from_the_defaults(option):
     else:
         base = OmegaConf.structured(_SCHEMA)[group]
     repeated = list(repeated_values(raw, OmegaConf.to_container(base, resolve=False), group))
-    assert not repeated, f"{option}.yaml repeats defaults of grpo_lightning/config.py: {repeated}"
+    assert not repeated, f"{option}.yaml repeats defaults of grpo_lightning/config/: {repeated}"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,88 @@
+"""Structured configs, one module per group: every field has a default and one line of help,
+and each group validates its own fields right below them (``check_fields``).
+
+Hydra composes ``grpo_lightning/conf/`` onto :class:`TrainConfig` (:mod:`.compose`);
+:func:`validate_config` rejects invalid values before any model loads, naming each field.
+The schema is the lowest layer: it imports nothing from rewards/, data/, models/ or rollout/.
+"""
+
+from grpo_lightning.config.algorithm import AlgorithmConfig
+from grpo_lightning.config.base import Schema, UnknownFieldError, field_help
+from grpo_lightning.config.eval import EvalConfig
+from grpo_lightning.config.health import (
+    HEALTH_ACTIONS,
+    HEALTH_CHECKS,
+    DegenerateCheckConfig,
+    DiversityCheckConfig,
+    DuplicatesCheckConfig,
+    HealthConfig,
+    NonFiniteCheckConfig,
+    NormalizationCheckConfig,
+    NoUpdateCheckConfig,
+    RewardHackingCheckConfig,
+    RewardSignalCheckConfig,
+    TruncationCheckConfig,
+)
+from grpo_lightning.config.logger import LOGGERS, LoggerConfig
+from grpo_lightning.config.model import (
+    CHECKPOINTING_MODES,
+    MODEL_DTYPES,
+    LoraModelConfig,
+    ModelConfig,
+    TinyModelConfig,
+    checkpointing_mode,
+)
+from grpo_lightning.config.rollout import (
+    ENGINES,
+    HF_DECODERS,
+    ROLLOUT_MODES,
+    RolloutConfig,
+    VLLMConfig,
+    VLLMServerConfig,
+)
+from grpo_lightning.config.task import TASKS, TaskConfig
+from grpo_lightning.config.train import TrainConfig, register_config_check, validate_config
+from grpo_lightning.config.trainer import STRATEGIES, TrainerConfig
+from grpo_lightning.errors import ConfigError
+
+__all__ = [
+    "CHECKPOINTING_MODES",
+    "ENGINES",
+    "HEALTH_ACTIONS",
+    "HEALTH_CHECKS",
+    "HF_DECODERS",
+    "LOGGERS",
+    "MODEL_DTYPES",
+    "ROLLOUT_MODES",
+    "STRATEGIES",
+    "TASKS",
+    "AlgorithmConfig",
+    "ConfigError",
+    "DegenerateCheckConfig",
+    "DiversityCheckConfig",
+    "DuplicatesCheckConfig",
+    "EvalConfig",
+    "HealthConfig",
+    "LoggerConfig",
+    "LoraModelConfig",
+    "ModelConfig",
+    "NoUpdateCheckConfig",
+    "NonFiniteCheckConfig",
+    "NormalizationCheckConfig",
+    "RewardHackingCheckConfig",
+    "RewardSignalCheckConfig",
+    "RolloutConfig",
+    "Schema",
+    "TaskConfig",
+    "TinyModelConfig",
+    "TrainConfig",
+    "TrainerConfig",
+    "TruncationCheckConfig",
+    "UnknownFieldError",
+    "VLLMConfig",
+    "VLLMServerConfig",
+    "checkpointing_mode",
+    "field_help",
+    "register_config_check",
+    "validate_config",
+]

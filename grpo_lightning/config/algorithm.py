@@ -1,0 +1,124 @@
+"""``algorithm.*``: the GRPO objective (loss, advantages, KL, aggregation) and the optimizer.
+
+The variant names are checked against the registries of :mod:`grpo_lightning.algorithm`, a
+lower layer (pure tensor math that imports no config), so a newly registered variant is valid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from grpo_lightning.algorithm import (
+    ADVANTAGE_ESTIMATORS,
+    ADVANTAGE_SCALES,
+    IS_LEVELS,
+    KL_ESTIMATORS,
+    LOSS_AGG_MODES,
+    POLICY_LOSSES,
+)
+from grpo_lightning.algorithm.lr_schedule import LR_SCHEDULES
+from grpo_lightning.config.base import Schema, check, choice, option
+
+AUTO_MICRO_BATCH_MAX = 32  # micro_batch_size=auto: the largest divisor of the batch up to this
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass
+class AlgorithmConfig(Schema):
+    policy_loss: str = option("grpo", "Registered policy loss (grpo_lightning/algorithm/policy_loss.py).")
+    advantage_estimator: str = option(
+        "grpo", "Registered advantage estimator (grpo_lightning/algorithm/advantages.py)."
+    )
+    beta: float = option(0.04, "KL coefficient (>= 0); 0 loads no reference model.")
+    kl_estimator: str = option("k3", f"Per-token KL estimator, one of {KL_ESTIMATORS}.")
+    loss_agg: str = option("seq_mean_token_mean", f"Loss aggregation for policy and KL terms, one of {LOSS_AGG_MODES}.")
+    advantage_scale: str = option(
+        "group",
+        f"advantage_estimator=grpo: scaling of the centered rewards, one of {ADVANTAGE_SCALES} (none: Dr. GRPO).",
+    )
+    advantage_eps: float = option(1e-6, "Added to the std when scaling advantages.")
+    num_iterations: int = option(1, "Optimizer passes over each generation batch (mu); 1 makes the ratio exactly 1.")
+    micro_batch_size: Any = option(
+        "auto", "Sequences per forward/backward, dividing prompts_per_step x num_generations; auto: the largest <= 32."
+    )
+    clip_low: float = option(0.2, "Lower clip of the ratio: 1 - clip_low.")
+    clip_high: float = option(0.2, "Upper clip of the ratio: 1 + clip_high (DAPO uses 0.28).")
+    dual_clip: Optional[float] = option(None, "Dual-clip bound c > 1 for negative advantages; null turns it off.")
+    lr: float = option(3e-4, "AdamW learning rate.")
+    weight_decay: float = option(0.0, "AdamW weight decay.")
+    warmup_steps: int = option(0, "Linear learning-rate warm-up steps.")
+    max_grad_norm: float = option(1.0, "Gradient norm clip (> 0).")
+    max_consecutive_skips: int = option(
+        3, "Stop with a diagnosis after this many consecutive skipped (non-finite) steps."
+    )
+    pack_sequences: bool = option(True, "Padding-free training passes: pack each micro-batch's sequences into rows.")
+    logprob_chunk_mb: float = option(
+        96.0, "Memory budget (MB) of the float32 logits alive at once in the log-prob pass."
+    )
+    is_level: str = option("none", f"Truncated importance sampling (engine vs trainer log-probs), one of {IS_LEVELS}.")
+    is_cap: float = option(2.0, "Upper bound of the truncated importance weight (> 0).")
+    sapo_tau_pos: float = option(1.0, "policy_loss=sapo: temperature of the soft gate for positive advantages (> 0).")
+    sapo_tau_neg: float = option(1.05, "policy_loss=sapo: temperature of the soft gate for negative advantages (> 0).")
+    entropy_coef: float = option(0.0, "Entropy bonus: loss -= entropy_coef x aggregate(entropy); 0 turns it off.")
+    lr_schedule: str = option("constant", f"Learning-rate schedule after the warm-up, one of {LR_SCHEDULES}.")
+    mask_truncated: bool = option(
+        False, "Drop completions cut at rollout.max_new_tokens (no EOS) from the loss (DAPO's overlong filtering)."
+    )
+
+    def check_fields(self, p: str) -> list[str]:
+        problems: list[str] = []
+        choice(problems, f"{p}policy_loss", self.policy_loss, POLICY_LOSSES.names)
+        choice(problems, f"{p}advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS.names)
+        choice(problems, f"{p}kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        choice(problems, f"{p}loss_agg", self.loss_agg, LOSS_AGG_MODES)
+        choice(problems, f"{p}advantage_scale", self.advantage_scale, ADVANTAGE_SCALES)
+        choice(problems, f"{p}is_level", self.is_level, IS_LEVELS)
+        choice(problems, f"{p}lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        m = self.micro_batch_size
+        check(
+            problems,
+            m == "auto" or (isinstance(m, int) and not isinstance(m, bool) and m >= 1),
+            f"{p}micro_batch_size={m!r} must be auto or an int >= 1",
+        )
+        check(problems, self.beta >= 0, f"{p}beta={self.beta} must be >= 0 (0 turns the KL term off)")
+        check(problems, self.num_iterations >= 1, f"{p}num_iterations={self.num_iterations} must be >= 1")
+        check(problems, 0 <= self.clip_low < 1, f"{p}clip_low={self.clip_low} must be in [0, 1)")
+        check(problems, self.clip_high >= 0, f"{p}clip_high={self.clip_high} must be >= 0")
+        check(
+            problems, self.dual_clip is None or self.dual_clip > 1, f"{p}dual_clip={self.dual_clip} must be > 1 or null"
+        )
+        check(problems, self.lr > 0, f"{p}lr={self.lr} must be > 0")
+        check(problems, self.max_grad_norm > 0, f"{p}max_grad_norm={self.max_grad_norm} must be > 0")
+        check(
+            problems,
+            self.max_consecutive_skips >= 1,
+            f"{p}max_consecutive_skips={self.max_consecutive_skips} must be >= 1",
+        )
+        check(problems, self.logprob_chunk_mb > 0, f"{p}logprob_chunk_mb={self.logprob_chunk_mb} must be > 0")
+        check(problems, self.is_cap > 0, f"{p}is_cap={self.is_cap} must be > 0")
+        check(problems, self.sapo_tau_pos > 0, f"{p}sapo_tau_pos={self.sapo_tau_pos} must be > 0")
+        check(problems, self.sapo_tau_neg > 0, f"{p}sapo_tau_neg={self.sapo_tau_neg} must be > 0")
+        check(problems, self.entropy_coef >= 0, f"{p}entropy_coef={self.entropy_coef} must be >= 0 (0 = off)")
+        check(problems, self.warmup_steps >= 0, f"{p}warmup_steps={self.warmup_steps} must be >= 0")
+        return problems
+
+    def micro_batch_problem(self, batch: int, p: str = "algorithm.") -> str | None:
+        """An explicit micro_batch_size that does not divide the generation batch, said with its fixes."""
+        m = self.micro_batch_size
+        if m == "auto" or not isinstance(m, int) or batch % m == 0:
+            return None
+        return (
+            f"{p}micro_batch_size={m} must divide the generation batch rollout.prompts_per_step x "
+            f"rollout.num_generations = {batch}; try one of {divisors(batch)[-6:]} or auto"
+        )
+
+    def micro_batch(self, batch: int) -> int:
+        """Sequences per forward/backward for a generation batch of ``batch``: the one place
+        ``auto`` is resolved (the largest divisor of ``batch`` up to AUTO_MICRO_BATCH_MAX)."""
+        if self.micro_batch_size != "auto":
+            return int(self.micro_batch_size)
+        return max(d for d in divisors(batch) if d <= AUTO_MICRO_BATCH_MAX)

@@ -1,0 +1,34 @@
+"""``logger.*``: where metrics go (wandb, CSV or nowhere) and the completions table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from grpo_lightning.config.base import Schema, check, choice, option
+
+LOGGERS = ("wandb", "csv", "none")
+
+
+@dataclass
+class LoggerConfig(Schema):
+    kind: str = option("wandb", f"Metrics logger, one of {LOGGERS}.")
+    project: str = option("grpo_lightning", "wandb project name.")
+    table_every_n_steps: int = option(
+        10, "wandb: log a table of sample completions (prompt, completion, rewards) every n steps; 0 turns it off."
+    )
+    table_rows: int = option(16, "wandb: rows of each completions table (the first groups of the batch).")
+    run_name: Optional[str] = option(None, "wandb run name; null lets wandb pick.")
+    offline: Optional[bool] = option(
+        None, "Force wandb offline (true) or online (false); null: offline unless WANDB_API_KEY is set."
+    )
+
+    def check_fields(self, p: str) -> list[str]:
+        problems: list[str] = []
+        choice(problems, f"{p}kind", self.kind, LOGGERS)
+        check(
+            problems,
+            self.table_every_n_steps >= 0,
+            f"{p}table_every_n_steps={self.table_every_n_steps} must be >= 0 (0 = off)",
+        )
+        return problems

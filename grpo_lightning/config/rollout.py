@@ -1,0 +1,153 @@
+"""``rollout.*``: how completions are generated (engine, sampling, vLLM and its server)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from grpo_lightning.config.base import Schema, check, choice, option
+
+ENGINES = ("hf", "vllm")
+HF_DECODERS = ("fused", "loop", "generate")
+ROLLOUT_MODES = ("sync", "async")
+
+
+@dataclass
+class VLLMServerConfig(Schema):
+    url: Optional[str] = option(
+        None,
+        "A running vLLM OpenAI-compatible server (http://host:port) shared by every rank; null: none unless launch.",
+    )
+    launch: bool = option(
+        False, "Start a vLLM server subprocess on the policy's weights (rank 0); stopped with the run."
+    )
+    host: str = option("127.0.0.1", "launch: the address the launched server listens on.")
+    port: int = option(8765, "launch: the port the launched server listens on.")
+    timeout_s: float = option(300.0, "Longest wait for any one server call; past it the run stops naming the server.")
+    start_timeout_s: float = option(300.0, "launch: longest wait for the launched server to become healthy.")
+    concurrency: int = option(64, "Requests each rank keeps in flight at once (one per sample).")
+    sync_dir: Optional[str] = option(
+        None, "Folder rank 0 writes weights to for the server to reload; null: a temporary folder (same host)."
+    )
+
+    def check_fields(self, p: str) -> list[str]:
+        problems: list[str] = []
+        check(
+            problems,
+            not (self.launch and self.url is not None),
+            f"{p}launch=true and {p}url={self.url!r} exclude each other: launch a server, or connect to one",
+        )
+        check(problems, self.timeout_s > 0, f"{p}timeout_s={self.timeout_s} must be > 0")
+        check(problems, self.start_timeout_s > 0, f"{p}start_timeout_s={self.start_timeout_s} must be > 0")
+        check(problems, self.concurrency >= 1, f"{p}concurrency={self.concurrency} must be >= 1")
+        check(problems, 0 < self.port < 65536, f"{p}port={self.port} must be in 1..65535")
+        return problems
+
+
+@dataclass
+class VLLMConfig(Schema):
+    in_process: bool = option(
+        True, "Run vLLM inside the training process (weights synced in memory); false: a separate engine process."
+    )
+    kv_cache_gib: float = option(
+        1.0, "KV-cache budget in GiB (CPU: VLLM_CPU_KVCACHE_SPACE; GPU: kv_cache_memory_bytes)."
+    )
+    gpu_memory_utilization: float = option(
+        0.3, "GPU only: fraction of GPU memory vLLM may use for weights and activations; leave room for training."
+    )
+    max_model_len: Optional[int] = option(
+        None, "Longest prompt + completion the engine accepts; null takes the model's max_position_embeddings."
+    )
+    dtype: str = option("float32", "Engine weights dtype: float32 matches the trainer's log-probs; bfloat16 is faster.")
+    enforce_eager: bool = option(True, "Skip CUDA-graph / torch.compile capture: faster start, slower decode.")
+    sync_every: int = option(1, "Push the policy's weights into the engine every this many optimizer steps.")
+    verify_sync: bool = option(
+        False, "After each sync compare engine and policy log-probs of a probe; fail beyond verify_tolerance."
+    )
+    verify_tolerance: float = option(1e-3, "Largest allowed |engine - policy| log-prob difference of the probe.")
+    server: VLLMServerConfig = option(
+        VLLMServerConfig(), "A vLLM server shared by every rank instead of an in-process engine (devices > 1)."
+    )
+
+    def check_fields(self, p: str) -> list[str]:
+        problems: list[str] = []
+        check(problems, self.sync_every >= 1, f"{p}sync_every={self.sync_every} must be >= 1")
+        check(problems, self.kv_cache_gib > 0, f"{p}kv_cache_gib={self.kv_cache_gib} must be > 0")
+        check(
+            problems,
+            0 < self.gpu_memory_utilization <= 1,
+            f"{p}gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]",
+        )
+        check(problems, self.verify_tolerance > 0, f"{p}verify_tolerance={self.verify_tolerance} must be > 0")
+        return problems
+
+
+@dataclass
+class RolloutConfig(Schema):
+    engine: str = option("hf", f"Generation engine, one of {ENGINES}.")
+    prompts_per_step: int = option(16, "Prompts per generation batch (one optimizer pass each).")
+    num_generations: int = option(8, "Completions per prompt: the group size G (>= 2).")
+    max_new_tokens: int = option(4, "Completion budget in tokens; also the horizon of seq_mean_token_sum_norm.")
+    temperature: float = option(1.0, "Sampling temperature (> 0); the trainer's log-probs use it too.")
+    top_p: float = option(1.0, "Nucleus sampling mass in (0, 1].")
+    top_k: int = option(0, "Sample among the k most likely tokens; 0 turns it off.")
+    generation_batch_size: int = option(256, "Sequences per generate() call (memory bound).")
+    hf_decoder: str = option(
+        "fused", f"engine=hf: how the policy decodes, one of {HF_DECODERS} (same tokens, speeds differ)."
+    )
+    mode: str = option("sync", f"One of {ROLLOUT_MODES}; async (vllm only) generates ahead while the module trains.")
+    max_staleness: int = option(
+        1, "async: how many generation batches run ahead of training (each is that many optimizer steps stale)."
+    )
+    vllm: VLLMConfig = option(VLLMConfig(), "vLLM engine settings (rollout.engine=vllm).")
+    dynamic_sampling: bool = option(
+        False, "DAPO's dynamic sampling: drop groups with equal rewards and draw more prompts to fill the batch."
+    )
+    max_sampling_rounds: int = option(
+        3, "dynamic_sampling: generation rounds per step at most; a batch still short is topped up with tied groups."
+    )
+    progress_min_tokens: int = option(
+        32, "Show a per-token progress bar for rollouts with max_new_tokens >= this (long, slow ones); 0 never."
+    )
+
+    def check_fields(self, p: str) -> list[str]:
+        problems: list[str] = []
+        choice(problems, f"{p}engine", self.engine, ENGINES)
+        choice(problems, f"{p}hf_decoder", self.hf_decoder, HF_DECODERS)
+        choice(problems, f"{p}mode", self.mode, ROLLOUT_MODES)
+        check(
+            problems,
+            self.num_generations >= 2,
+            f"{p}num_generations={self.num_generations} must be >= 2: GRPO compares completions within a group",
+        )
+        check(problems, self.prompts_per_step >= 1, f"{p}prompts_per_step={self.prompts_per_step} must be >= 1")
+        check(problems, self.max_new_tokens >= 1, f"{p}max_new_tokens={self.max_new_tokens} must be >= 1")
+        check(problems, self.temperature > 0, f"{p}temperature={self.temperature} must be > 0")
+        check(problems, 0 < self.top_p <= 1, f"{p}top_p={self.top_p} must be in (0, 1]")
+        check(problems, self.top_k >= 0, f"{p}top_k={self.top_k} must be >= 0 (0 = off)")
+        check(
+            problems,
+            self.generation_batch_size >= 1,
+            f"{p}generation_batch_size={self.generation_batch_size} must be >= 1",
+        )
+        check(
+            problems, self.max_sampling_rounds >= 1, f"{p}max_sampling_rounds={self.max_sampling_rounds} must be >= 1"
+        )
+        check(
+            problems,
+            not self.dynamic_sampling or self.mode == "sync",
+            f"{p}dynamic_sampling=true needs {p}mode=sync (async batches are queued before their rewards are known)",
+        )
+        check(problems, self.max_staleness >= 1, f"{p}max_staleness={self.max_staleness} must be >= 1")
+        check(
+            problems,
+            self.mode != "async" or self.engine == "vllm",
+            f"{p}mode=async needs {p}engine=vllm (the HF engine generates with the policy being trained)",
+        )
+        return problems
+
+    @property
+    def uses_server(self) -> bool:
+        """A vLLM server (launched or running) generates, not an engine inside this process."""
+        server = self.vllm.server
+        return self.engine == "vllm" and (server.launch or server.url is not None)
