@@ -161,6 +161,18 @@ class TaskConfig:
     )
 
 
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass
 class VLLMServerConfig:
     url: Optional[str] = _f(
@@ -171,8 +183,22 @@ class VLLMServerConfig:
         False,
         "Start a vLLM server as a subprocess on the policy's initial weights (rank 0 starts it, every rank uses it); it is stopped at the end, on failure, or when the trainer dies.",
     )
-    host: str = _f("127.0.0.1", "launch: the address the launched server listens on.")
-    port: int = _f(8765, "launch: the port the launched server listens on.")
+    host: str = _f(
+        "127.0.0.1",
+        "launch: the address the launched server listens on; a loopback address (127.0.0.0/8, ::1, localhost) unless allow_remote=true.",
+    )
+    port: int = _f(
+        0,
+        "launch: the port the launched server listens on; 0: a free port chosen at launch. An explicit port that something already listens on is an error (never attached to).",
+    )
+    allow_remote: bool = _f(
+        False,
+        "launch: let host be a non-loopback address (reachable from the network). The server's random per-run token is then the only guard; a warning says so.",
+    )
+    api_key_env: Optional[str] = _f(
+        None,
+        "url: the name of an environment variable holding the key sent as 'Authorization: Bearer' with every request to that server. The key itself is never put in the config or the logs. A launched server gets its own random token instead.",
+    )
     timeout_s: float = _f(
         300.0,
         "Longest wait for any one server call (a generation request, a weight sync, a version poll): past it the run stops with an error naming the server and the step, never a hang. A dead server fails at once (connection refused); this bounds a wedged one. Size it to one generation batch on your hardware.",
@@ -832,7 +858,18 @@ def validate_config(cfg: TrainConfig) -> None:
         f"rollout.vllm.server.start_timeout_s={server.start_timeout_s} must be > 0",
     )
     _check(problems, server.concurrency >= 1, f"rollout.vllm.server.concurrency={server.concurrency} must be >= 1")
-    _check(problems, 0 < server.port < 65536, f"rollout.vllm.server.port={server.port} must be in 1..65535")
+    _check(problems, 0 <= server.port < 65536, f"rollout.vllm.server.port={server.port} must be in 0..65535 (0: free)")
+    _check(
+        problems,
+        not server.launch or server.allow_remote or is_loopback_host(server.host),
+        f"rollout.vllm.server.host={server.host} is not a loopback address: anyone on the network could call the "
+        f"launched server; use 127.0.0.1, or set rollout.vllm.server.allow_remote=true (its token is then the only guard)",
+    )
+    _check(
+        problems,
+        not (server.launch and server.api_key_env),
+        f"rollout.vllm.server.api_key_env={server.api_key_env} is for a server given by url=; a launched server gets its own random token",
+    )
     _check(
         problems,
         t.strategy != "fsdp" or (t.checkpoint_every_n_steps == 0 and t.resume is None),
