@@ -161,6 +161,8 @@ def build_engine_factory(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase):
             launch=s.launch,
             host=s.host,
             port=s.port,
+            allow_remote=s.allow_remote,
+            api_key_env=s.api_key_env,
             timeout_s=s.timeout_s,
             start_timeout_s=s.start_timeout_s,
             concurrency=s.concurrency,

@@ -170,14 +170,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+SERVER_KEY_ENV = "GRPO_TEST_SERVER_KEY"  # rollout.vllm.server.api_key_env of runs given the session server's URL
+
+
 @pytest.fixture(scope="session")
 def vllm_server():
     """One launched vLLM server (a subprocess) on the tiny policy for the whole session; tests
-    push their own weights first. The same launcher as ``rollout.vllm.server.launch=true``."""
+    push their own weights first. The same launcher as ``rollout.vllm.server.launch=true``, on the
+    default port (0: a free one). Runs given its URL need its token: :data:`SERVER_KEY_ENV`."""
     from grpo_lightning.rollout.vllm_server import ServerSettings, VLLMServerEngine
 
     tokenizer = build_char_tokenizer()
-    settings = ServerSettings(launch=True, port=free_port(), max_model_len=128, kv_cache_gib=0.5, timeout_s=60)
+    settings = ServerSettings(launch=True, max_model_len=128, kv_cache_gib=0.5, timeout_s=60)
     engine = VLLMServerEngine.from_policy(build_tiny_policy(tokenizer), tokenizer, settings)
     yield engine
     engine.close()

@@ -19,7 +19,7 @@ from grpo_lightning.module import GRPOModule
 from grpo_lightning.rollout import GenerationRequest, SamplingSettings, WeightSync, WeightSyncError, group_seeds
 from grpo_lightning.rollout.vllm_server import VLLMServerError
 
-from conftest import free_port, make_config
+from conftest import SERVER_KEY_ENV, free_port, make_config
 
 
 def perturbed_policy(tokenizer, seed: int = 7):
@@ -97,6 +97,7 @@ def server_config(url: str, steps: int, mode: str = "sync"):
         **{
             "rollout.engine": "vllm",
             "rollout.vllm.server.url": url,
+            "rollout.vllm.server.api_key_env": SERVER_KEY_ENV,
             "rollout.mode": mode,
             "rollout.prompts_per_step": 4,
             "rollout.num_generations": 8,
@@ -130,7 +131,8 @@ def completions_of(cfg) -> list[list[tuple[int, ...]]]:
     return seen
 
 
-def test_async_runs_with_the_same_seed_and_staleness_are_identical(vllm_server):
+def test_async_runs_with_the_same_seed_and_staleness_are_identical(vllm_server, monkeypatch):
+    monkeypatch.setenv(SERVER_KEY_ENV, vllm_server.server.token)
     first = completions_of(server_config(vllm_server.client.url, 4, "async"))
     second = completions_of(server_config(vllm_server.client.url, 4, "async"))
     assert len(first) == 4 and first == second
@@ -246,3 +248,36 @@ def test_tied_weights_are_written_for_a_reload(tmp_path):
     folder = save_weights_folder([("model.embed_tokens.weight", embed), ("lm_head.weight", embed)], str(tmp_path))
     loaded = load_file(f"{folder}/model.safetensors")
     assert torch.equal(loaded["lm_head.weight"], embed) and torch.equal(loaded["model.embed_tokens.weight"], embed)
+
+
+def test_every_route_of_the_launched_server_needs_the_run_token(vllm_server):
+    """Security: vLLM's --api-key guards /v1 only; our middleware guards every route. Each route
+    the app lists (its OpenAPI schema) and the ones it does not (metrics, docs, our identity
+    route, an unknown path) answer 401 without the token or with a wrong one, whatever the
+    method; with the token they work. The token is never on the command line or in the log."""
+    import httpx
+
+    token, url = vllm_server.server.token, vllm_server.client.url
+    ours = {"Authorization": f"Bearer {token}"}
+    spec = httpx.get(f"{url}/openapi.json", headers=ours, timeout=30).json()
+    routes = [(method.upper(), path) for path, ops in spec["paths"].items() for method in ops]
+    for must in ("/health", "/version", "/v1/models", "/v1/completions", "/collective_rpc", "/update_weight_version"):
+        assert must in spec["paths"], must
+    extra = ["/metrics", "/docs", "/openapi.json", "/grpo/identity", "/no-such-route"]
+    routes += [(method, path) for path in extra for method in ("GET", "POST")]
+    routes += [("OPTIONS", "/v1/completions"), ("OPTIONS", "/collective_rpc")]
+    assert len(routes) > 30
+    for method, path in routes:
+        concrete = path.replace("{", "").replace("}", "")
+        for headers in (None, {"Authorization": "Bearer not-the-token"}, {"Authorization": token}):
+            answer = httpx.request(method, f"{url}{concrete}", headers=headers, json={}, timeout=30)
+            assert answer.status_code == 401, (method, path, headers is None, answer.status_code)
+    for path in ("/health", "/version", "/v1/models", "/weight_info", "/metrics"):
+        assert httpx.get(f"{url}{path}", headers=ours, timeout=30).status_code == 200, path
+    # /v1/completions, then /collective_rpc, /reset_prefix_cache and /update_weight_version, with the token
+    tok = build_char_tokenizer()
+    assert vllm_server.generate(requests(tok, 0)[:2], SamplingSettings(max_new_tokens=2))[0].token_ids
+    vllm_server.load_weights(build_tiny_policy(tok).state_dict().items(), version=3)
+    assert vllm_server.client.call("GET", "/weight_info", "test")["weight_version"] == "3"
+    assert token not in Path(f"/proc/{vllm_server.server.process.pid}/cmdline").read_text()  # argv
+    assert token not in vllm_server.server.log_path.read_text()

@@ -13,7 +13,7 @@ import pytest
 
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
 
-from conftest import run_worker
+from conftest import SERVER_KEY_ENV, run_worker
 
 WORKER = Path(__file__).with_name("vllm_server_ddp_worker.py")
 STEPS = 20
@@ -24,9 +24,13 @@ def reports(vllm_server, tmp_path_factory):
     tok = build_char_tokenizer()
     vllm_server.load_weights(build_tiny_policy(tok).state_dict().items(), version=0)
     out = tmp_path_factory.mktemp("server_ddp")
-    run_worker(
-        [sys.executable, str(WORKER), vllm_server.client.url, str(out), str(STEPS)], 400, "the 2-rank server run"
-    )
+    with pytest.MonkeyPatch.context() as env:  # the ranks send the server's token, named by api_key_env
+        env.setenv(SERVER_KEY_ENV, vllm_server.server.token)
+        run_worker(
+            [sys.executable, str(WORKER), vllm_server.client.url, str(out), str(STEPS), SERVER_KEY_ENV],
+            400,
+            "the 2-rank server run",
+        )
     return [json.loads((out / f"rank_{r}.json").read_text()) for r in range(2)]
 
 

@@ -1,6 +1,6 @@
 """Worker for test_vllm_server_ddp.py: 2 DDP ranks (gloo) sharing one vLLM server.
 
-``python tests/vllm_server_ddp_worker.py URL OUT_DIR STEPS``; Lightning's ``ddp`` strategy
+``python tests/vllm_server_ddp_worker.py URL OUT_DIR STEPS KEY_ENV`` (KEY_ENV: the environment variable holding the server's token); Lightning's ``ddp`` strategy
 re-runs this script for rank 1. Both ranks get the same prompts every step (so the
 cross-rank duplicates check has shares of the same groups to compare) and sample with their
 own seeds. Each rank writes ``rank_<r>.json``: mean reward per step, weight-version lags,
@@ -46,7 +46,7 @@ class Record(L.Callback):
         self.syncs = sync.num_syncs
 
 
-def main(url: str, out_dir: str, steps: int) -> None:
+def main(url: str, out_dir: str, steps: int, key_env: str) -> None:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     cfg = TrainConfig()
@@ -54,6 +54,7 @@ def main(url: str, out_dir: str, steps: int) -> None:
     cfg.trainer.max_steps, cfg.trainer.devices = steps, 2
     cfg.task.rewards = {"test_long": 1.0}
     cfg.rollout.engine, cfg.rollout.vllm.server.url = "vllm", url
+    cfg.rollout.vllm.server.api_key_env = key_env
     cfg.rollout.prompts_per_step, cfg.rollout.num_generations, cfg.rollout.max_new_tokens = 4, 8, 8
     cfg.rollout.vllm.verify_sync, cfg.rollout.vllm.verify_tolerance = True, 1e-4
     cfg.algorithm.micro_batch_size, cfg.algorithm.lr, cfg.algorithm.beta = 32, 5e-3, 0.0
@@ -79,4 +80,4 @@ def main(url: str, out_dir: str, steps: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])

@@ -39,6 +39,7 @@ from grpo_lightning.config.rollout import (
     RolloutConfig,
     VLLMConfig,
     VLLMServerConfig,
+    is_loopback_host,
 )
 from grpo_lightning.config.task import TASKS, TaskConfig
 from grpo_lightning.config.train import TrainConfig, register_config_check, validate_config
@@ -83,6 +84,7 @@ __all__ = [
     "VLLMServerConfig",
     "checkpointing_mode",
     "field_help",
+    "is_loopback_host",
     "register_config_check",
     "validate_config",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Optional
 
@@ -10,6 +11,16 @@ from grpo_lightning.config.base import Schema, check, choice, option
 ENGINES = ("hf", "vllm")
 HF_DECODERS = ("fused", "loop", "generate")
 ROLLOUT_MODES = ("sync", "async")
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -21,8 +32,14 @@ class VLLMServerConfig(Schema):
     launch: bool = option(
         False, "Start a vLLM server subprocess on the policy's weights (rank 0); stopped with the run."
     )
-    host: str = option("127.0.0.1", "launch: the address the launched server listens on.")
-    port: int = option(8765, "launch: the port the launched server listens on.")
+    host: str = option("127.0.0.1", "launch: the address to listen on; loopback only unless allow_remote=true.")
+    port: int = option(0, "launch: the port to listen on; 0: a free port. A port already in use is an error.")
+    allow_remote: bool = option(
+        False, "launch: allow a non-loopback host; the run's random token is then the only guard (a warning says so)."
+    )
+    api_key_env: Optional[str] = option(
+        None, "url: name of the env variable holding the server's key (sent as a Bearer token; never logged)."
+    )
     timeout_s: float = option(300.0, "Longest wait for any one server call; past it the run stops naming the server.")
     start_timeout_s: float = option(300.0, "launch: longest wait for the launched server to become healthy.")
     concurrency: int = option(64, "Requests each rank keeps in flight at once (one per sample).")
@@ -40,7 +57,18 @@ class VLLMServerConfig(Schema):
         check(problems, self.timeout_s > 0, f"{p}timeout_s={self.timeout_s} must be > 0")
         check(problems, self.start_timeout_s > 0, f"{p}start_timeout_s={self.start_timeout_s} must be > 0")
         check(problems, self.concurrency >= 1, f"{p}concurrency={self.concurrency} must be >= 1")
-        check(problems, 0 < self.port < 65536, f"{p}port={self.port} must be in 1..65535")
+        check(problems, 0 <= self.port < 65536, f"{p}port={self.port} must be in 0..65535 (0: a free port)")
+        check(
+            problems,
+            not self.launch or self.allow_remote or is_loopback_host(self.host),
+            f"{p}host={self.host} is not a loopback address: anyone on the network could call the launched server; "
+            f"use 127.0.0.1, or set {p}allow_remote=true (its token is then the only guard)",
+        )
+        check(
+            problems,
+            not (self.launch and self.api_key_env),
+            f"{p}api_key_env={self.api_key_env} is for a server given by url=; a launched server gets its own token",
+        )
         return problems
 
 

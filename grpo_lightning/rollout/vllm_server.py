@@ -10,7 +10,9 @@ seeds differ per rank, step, prompt and sample, and a repeated run is identical)
 starts one as a subprocess on the policy's initial weights (:class:`VLLMServer`): it waits
 until ``/health`` answers, with a progress message, and stops it (the whole process group)
 at the end, on failure, or when the trainer process dies (``PR_SET_PDEATHSIG``); its
-temporary folders go with it.
+temporary folders go with it. A launched server answers only requests carrying a random
+per-run token, and is checked to be the one launched before training
+(:mod:`grpo_lightning.rollout.server_guard`, :mod:`grpo_lightning.rollout.server_auth`).
 
 **Weight sync** (:meth:`VLLMServerEngine.load_weights`, called on every rank by the
 generator's ``WeightSync`` after each ``sync_every`` optimizer steps): every rank first
@@ -46,18 +48,20 @@ import time
 import weakref
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
+from grpo_lightning.errors import ServerError
 from grpo_lightning.models.lora import save_merged
+from grpo_lightning.rollout import server_auth, server_guard
 from grpo_lightning.rollout.engine import Completion, EngineError, GenerationRequest, SamplingSettings
 
 SERVED_NAME = "policy"  # --served-model-name of a launched server
 
 
-class VLLMServerError(EngineError):
+class VLLMServerError(EngineError, ServerError):
     """The vLLM server refused, failed, timed out or exited; the message names it."""
 
 
@@ -68,7 +72,9 @@ class ServerSettings:
     url: str | None = None
     launch: bool = False
     host: str = "127.0.0.1"
-    port: int = 8765
+    port: int = 0  # 0: a free port chosen at launch
+    allow_remote: bool = False
+    api_key_env: str | None = None
     timeout_s: float = 300.0
     start_timeout_s: float = 300.0
     concurrency: int = 64
@@ -81,7 +87,8 @@ class ServerSettings:
 
     @property
     def base_url(self) -> str:
-        return (self.url or f"http://{self.host}:{self.port}").rstrip("/")
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address
+        return (self.url or f"http://{host}:{self.port}").rstrip("/")
 
 
 def save_weights_folder(named_tensors, folder: str) -> str:
@@ -119,19 +126,23 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
 
 
 class VLLMServer:
-    """A ``vllm`` OpenAI-compatible server in a subprocess, on a saved copy of the policy."""
+    """A ``vllm`` OpenAI-compatible server in a subprocess, on a saved copy of the policy, that
+    answers only requests carrying :attr:`token` (given to it in the environment, never in argv)."""
 
     def __init__(self, policy, tokenizer, settings: ServerSettings):
+        server_guard.check_bind_host(settings.host, settings.allow_remote)
+        settings = replace(settings, port=server_guard.launch_port(settings.host, settings.port))
         self.settings = settings
         self.url = settings.base_url
+        self.token = server_guard.new_token()
         self._model_dir = tempfile.TemporaryDirectory(prefix="grpo-vllm-server-model-")
         save_merged(policy, self._model_dir.name, tokenizer)  # a LoRA policy: its merged weights
         self.log_path = Path(self._model_dir.name) / "server.log"
         s = settings
         command = [
             sys.executable,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
+            "-P",  # the script's folder (this package's rollout/) stays off sys.path: it would shadow vllm
+            server_auth.__file__,
             "--model",
             self._model_dir.name,
             "--served-model-name",
@@ -153,7 +164,7 @@ class VLLMServer:
             command.append("--enforce-eager")
         if s.max_model_len is not None:
             command += ["--max-model-len", str(s.max_model_len)]
-        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
+        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", server_auth.TOKEN_ENV: self.token}
         self._log = open(self.log_path, "w")
         self.process = subprocess.Popen(
             command,
@@ -231,7 +242,7 @@ class VLLMServer:
 class ServerClient:
     """HTTP calls to the server, each bounded by ``timeout_s``, failures as :class:`VLLMServerError`."""
 
-    def __init__(self, url: str, timeout_s: float, concurrency: int, why_gone=lambda: None):
+    def __init__(self, url: str, timeout_s: float, concurrency: int, why_gone=lambda: None, token: str | None = None):
         import httpx
 
         self.url = url
@@ -239,7 +250,8 @@ class ServerClient:
         # Idle connections are dropped after 2 s, before the server's own keep-alive timeout
         # (uvicorn: 5 s) can close one under a request we are about to send on it.
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency, keepalive_expiry=2.0)
-        self._http = httpx.Client(base_url=url, timeout=timeout_s, limits=limits)
+        headers = {"Authorization": f"Bearer {token}"} if token else None  # every request carries it
+        self._http = httpx.Client(base_url=url, timeout=timeout_s, limits=limits, headers=headers)
         self._why_gone = why_gone  # a launched server's exit status, if it exited
         self.model = SERVED_NAME
 
@@ -290,10 +302,36 @@ class ServerClient:
         self._http.close()
 
 
+def _launch_shared(policy, tokenizer, settings: ServerSettings):
+    """Rank 0 launches; every rank gets the server's port and token from it (or its failure).
+
+    Returns ``(server or None, settings with the port, token)``."""
+    server, failure = None, None
+    if _rank() == 0:
+        try:
+            server = VLLMServer(policy, tokenizer, settings)
+        except Exception as err:  # noqa: BLE001 - the other ranks must hear of it, not wait in the broadcast
+            failure = err
+    shared = [{"port": server.settings.port, "token": server.token} if server else {"failure": str(failure)}]
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.broadcast_object_list(shared, src=0)
+    if failure is not None:
+        raise failure
+    if "failure" in shared[0]:
+        raise VLLMServerError(f"rank 0 could not launch the vLLM server: {shared[0]['failure']}")
+    return server, replace(settings, port=shared[0]["port"]), shared[0]["token"]
+
+
 class VLLMServerEngine:
     """A :class:`RolloutEngine` whose samples come from a vLLM server (see the module docstring)."""
 
-    def __init__(self, settings: ServerSettings, eos_token_id: int | None = None, server: VLLMServer | None = None):
+    def __init__(
+        self,
+        settings: ServerSettings,
+        eos_token_id: int | None = None,
+        server: VLLMServer | None = None,
+        token: str | None = None,
+    ):
         self.settings = settings
         self.server = server
         self.eos_token_id = eos_token_id
@@ -302,6 +340,7 @@ class VLLMServerEngine:
             settings.timeout_s,
             settings.concurrency,
             why_gone=server.exited if server is not None else (lambda: None),
+            token=token,
         )
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-server-engine")
         self._requests = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="vllm-server-request")
@@ -313,14 +352,18 @@ class VLLMServerEngine:
     def from_policy(cls, policy, tokenizer, settings: ServerSettings) -> VLLMServerEngine:
         """Connect to ``settings.url``, or (``launch``) start a server on ``policy``'s weights.
 
-        With several ranks only rank 0 launches; the others wait until it is healthy.
+        With several ranks only rank 0 launches; the others get its address and token from it
+        and wait until it is healthy. A launched server must prove it is ours before training.
         """
-        server = None
-        if settings.launch and _rank() == 0:
-            server = VLLMServer(policy, tokenizer, settings)
-        engine = cls(settings, tokenizer.eos_token_id, server)
+        server, token = None, server_guard.api_key_from_env(settings.api_key_env)
+        if settings.launch:
+            server, settings, token = _launch_shared(policy, tokenizer, settings)
+        engine = cls(settings, tokenizer.eos_token_id, server, token=token)
         try:
             engine.start_seconds = engine._wait_until_up()
+            if settings.launch:
+                pid = server.process.pid if server is not None else None
+                server_guard.verify_identity(engine.client, token, SERVED_NAME, pid)
             engine.client.model = engine.client.served_model()
         except BaseException:
             engine.close()
