@@ -9,6 +9,8 @@ import math
 import pathlib
 import pickle
 import random
+import subprocess
+import sys
 import warnings
 from collections import deque
 from concurrent.futures import Future
@@ -320,3 +322,22 @@ def test_lightning_resumes_with_weights_only(checkpoint, tmp_path, config_factor
     monkeypatch.setattr(L.Trainer, "fit", spy)
     train(config(config_factory, tmp_path, "spied", 2, **{"trainer.resume": str(checkpoint)}))
     assert seen == [True]
+
+
+def test_the_cli_refuses_a_checkpoint_holding_code_in_one_line(checkpoint, tmp_path):
+    marker = tmp_path / "MARKER"
+    crafted = torch.load(checkpoint, weights_only=True)
+    plant(crafted, "top level", Payload(marker))
+    path = tmp_path / "crafted.ckpt"
+    torch.save(crafted, path)
+    args = ["trainer.max_steps=2", "rollout.prompts_per_step=2", "algorithm.micro_batch_size=8", "logger=none"]
+    args.append(f"trainer.resume={path}")
+    command = [sys.executable, "-m", "grpo_lightning.train", *args, f"hydra.run.dir={tmp_path / 'run'}"]
+    result = subprocess.run(command, check=False, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    [line] = [x for x in result.stderr.splitlines() if x.startswith("error:")]
+    assert line == f"error: checkpoint {path} holds objects that are not plain data " + (
+        "(tensors, numbers, strings, lists, dicts), so it is refused: checkpoints are data, never code"
+    )
+    assert "weights_only" not in result.stderr and "Traceback" not in result.stderr
+    assert not marker.exists()
