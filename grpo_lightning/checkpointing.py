@@ -85,7 +85,7 @@ def resume_path(resume: str | None, output_dir: str | Path) -> Path | None:
 def fit_refusing_code(trainer: L.Trainer, module, datamodule, ckpt_path: str | Path | None) -> None:
     """``trainer.fit``, resuming from ``ckpt_path`` as plain data only (``weights_only=True``): a
     checkpoint holding any other object is refused with a :class:`CheckpointError` naming the file,
-    raised outside the handler so that torch's advice (load it with ``weights_only=False``) is not passed on."""
+    raised outside the handler so that torch's advice (turn the weights-only load off) is not passed on."""
     refused = None
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
