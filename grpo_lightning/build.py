@@ -17,7 +17,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from transformers import PreTrainedTokenizerBase
 
 from grpo_lightning.callbacks import CompletionsTable, HealthMonitor, TrainingSummary
-from grpo_lightning.checkpointing import RunCheckpoints, resume_path
+from grpo_lightning.checkpointing import RunCheckpoints, fit_refusing_code, resume_path
 from grpo_lightning.config import TrainConfig, checkpointing_mode, validate_config
 from grpo_lightning.data import PromptDataModule
 from grpo_lightning.data.files import max_prompt_tokens, prompt_check
@@ -124,7 +124,7 @@ def fit(run: Run, trainer: L.Trainer, cfg: TrainConfig) -> None:
     ckpt_path = resume_path(cfg.trainer.resume, cfg.trainer.output_dir)
     if has_val and cfg.eval.before_training and ckpt_path is None:
         trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
-    trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=ckpt_path)
+    fit_refusing_code(trainer, run.module, run.datamodule, ckpt_path)  # checkpoints load as data, never code
     if run.checkpoints is not None and run.checkpoints.interrupted is not None:
         return
     every, batches = cfg.eval.every_n_steps, run.datamodule.num_batches or 0

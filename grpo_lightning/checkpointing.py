@@ -19,6 +19,11 @@ waited for and saved as they came out (``AsyncRolloutGenerator.state_dict``): re
 them with their original seeds would sample from the checkpoint's newer weights and change
 the run, so the resumed run trains on exactly the batches the uninterrupted one did.
 
+Checkpoints are data, never code: all of that is tensors, numbers, strings, lists and dicts
+(:mod:`~grpo_lightning.plain_state`), and :func:`fit_refusing_code` resumes with
+``torch.load(weights_only=True)``, so a checkpoint holding any other object (a crafted one
+whose unpickling would run code) is refused with a :class:`CheckpointError` before it runs.
+
 On SIGINT or SIGTERM the run finishes the current step, writes a checkpoint and
 ``hf/step_<N>``, says where, and stops; the CLI then exits with 128 + the signal number.
 """
@@ -26,20 +31,22 @@ On SIGINT or SIGTERM the run finishes the current step, writes a checkpoint and
 from __future__ import annotations
 
 import os
-import pickle
 import random
 import re
 import signal
 import sys
 from pathlib import Path
+from pickle import UnpicklingError  # the error of torch.load(weights_only=True); nothing is unpickled here
 
 import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_only
 
+from grpo_lightning.errors import CheckpointError
 from grpo_lightning.export import export_hf
 from grpo_lightning.models.lora import full_state_dict
+from grpo_lightning.plain_state import NOT_CODE, RefusedState
 from grpo_lightning.sharding import is_sharded
 
 CHECKPOINT_DIR = "checkpoints"
@@ -75,9 +82,41 @@ def resume_path(resume: str | None, output_dir: str | Path) -> Path | None:
     return Path(resume)
 
 
+def fit_refusing_code(trainer: L.Trainer, module, datamodule, ckpt_path: str | Path | None) -> None:
+    """``trainer.fit``, resuming from ``ckpt_path`` as plain data only (``weights_only=True``): a
+    checkpoint holding any other object is refused with a :class:`CheckpointError` naming the file,
+    raised outside the handler so that torch's advice (turn the weights-only load off) is not passed on."""
+    refused = None
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    except UnpicklingError as err:
+        if ckpt_path is None or "weights only load failed" not in str(err).lower():
+            raise
+        refused = (
+            f"checkpoint {ckpt_path} holds objects that are not plain data (tensors, numbers, strings, lists, "
+            f"dicts), so it is refused: {NOT_CODE}"
+        )
+    except RefusedState as err:  # from a state's load_state_dict, which does not know the file
+        refused = f"checkpoint {ckpt_path}: {err}"
+    if refused is not None:
+        raise CheckpointError(refused)
+
+
 def rng_state() -> dict:
-    """Every RNG; numpy's and Python's as pickled bytes (Lightning loads checkpoints with weights_only=True)."""
-    state = {"torch": torch.get_rng_state(), "host": pickle.dumps((np.random.get_state(), random.getstate()))}
+    """Every RNG as plain data: numpy's state as its key tensor and numbers, Python's as a list of ints."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "name": name,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "gauss": float(gauss),
+        },
+        "python": {"version": version, "internal": list(internal), "gauss_next": gauss_next},
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -85,9 +124,10 @@ def rng_state() -> dict:
 
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
-    numpy_state, python_state = pickle.loads(state["host"])
-    np.random.set_state(numpy_state)
-    random.setstate(python_state)
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(p["internal"]), p["gauss_next"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -123,7 +163,10 @@ class RunCheckpoints(L.Callback):
         return {"rng": rng_state()}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self._rng_to_restore = state_dict.get("rng")
+        rng = state_dict.get("rng")
+        if rng is not None and "numpy" not in rng:
+            raise RefusedState.pickled("RNG state")
+        self._rng_to_restore = rng
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module, checkpoint: dict) -> None:
         # A run's last checkpoint is written at its last batch, which Lightning marks as the

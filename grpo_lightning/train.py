@@ -15,7 +15,7 @@ from grpo_lightning.build import build_run, fit
 from grpo_lightning.config import ConfigError, TrainConfig
 from grpo_lightning.config.compose import CONF_DIR, SCHEMA, finish, plan
 from grpo_lightning.data.files import DataError
-from grpo_lightning.errors import UserError
+from grpo_lightning.errors import CheckpointError, UserError
 from grpo_lightning.rollout.engine import EngineError
 
 _SCHEMA = SCHEMA  # the schema Hydra composes onto (grpo_lightning/config/compose.py says why)
@@ -74,7 +74,7 @@ def main(cfg: DictConfig) -> None:
     try:
         train_cfg = to_train_config(cfg)
         metrics = run(train_cfg, logged_config=OmegaConf.to_container(cfg, resolve=True))
-    except (ConfigError, DataError) as err:
+    except (ConfigError, DataError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except EngineError as err:  # a dead or wedged vLLM server: said plainly, not as a traceback

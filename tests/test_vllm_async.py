@@ -94,6 +94,8 @@ def test_async_resume_trains_on_the_batches_that_were_in_flight(vllm_session, tm
     straight = run_training(run("a"), vllm_session.engine, RECORDS)
     first = checkpoints_in(tmp_path / "a")[0]
     assert first.name == "step_00000002.ckpt"
+    [in_flight] = torch.load(first, weights_only=True)["grpo_rollout"]["pending"]  # plain data, no pickle
+    assert in_flight["step"] == 2 and len(in_flight["completions"]) == len(in_flight["requests"])
     cfg = run("b", str(first))
     built = build_run(cfg, engine=vllm_session.engine)
     data = PromptDataModule(RECORDS, None, len(RECORDS), seed=0, num_batches=4, lookahead=1)

@@ -11,7 +11,6 @@ with :class:`HealthCheckError`), or ``ignore``. ``alerts`` keeps every alert of 
 
 from __future__ import annotations
 
-import pickle
 import time
 
 import lightning as L
@@ -21,7 +20,9 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from grpo_lightning.config import HEALTH_CHECKS, HealthConfig
 from grpo_lightning.health import CHECK_CLASSES, Alert, HealthCheck, HealthCheckError, HealthWarning, StepView
+from grpo_lightning.health.alerts import Finding
 from grpo_lightning.health.fingerprints import TextHashes
+from grpo_lightning.plain_state import RefusedState, from_plain, to_plain
 
 
 class HealthMonitor(L.Callback):
@@ -184,6 +185,7 @@ class HealthMonitor(L.Callback):
     # The monitor's memory (alert streaks, alerts so far, each check's windows and
     # remembered completions) goes into the checkpoint, so a resumed run judges its steps as
     # the uninterrupted one does. The parameter snapshot of F4 is retaken before every step.
+    # Saved as plain data (plain_state), which loads without running code.
     _NOT_SAVED = ("cfg", "snapshot")
 
     def state_dict(self) -> dict:
@@ -195,10 +197,12 @@ class HealthMonitor(L.Callback):
             "announced": self._announced,
             "checks": checks,
         }
-        return {"pickled": pickle.dumps(state)}
+        return to_plain(state, "the health monitor's state")
 
     def load_state_dict(self, state_dict: dict) -> None:
-        state = pickle.loads(state_dict["pickled"])
+        if "pickled" in state_dict:
+            raise RefusedState.pickled("health monitor state")
+        state = from_plain(state_dict, classes=(Alert, Finding))
         self.alerts, self.active, self._streak = state["alerts"], state["active"], state["streak"]
         self._announced = state["announced"]
         for check in self.checks:

@@ -43,7 +43,8 @@ class RewardHackingCheck(HealthCheck):
         # (accuracy, prompts, step) of the first held-out validation, and of the best one so far
         self._baseline: tuple[float, int, int] | None = None
         self._best: tuple[float, int, int] | None = None
-        self._last_view: StepView | None = None
+        # what the last training batch tells a held-out alert (plain data, saved in checkpoints)
+        self._last_batch: dict | None = None
         self._val_alerted = False
 
     # ----------------------------------------------------------------------- training rewards
@@ -69,7 +70,7 @@ class RewardHackingCheck(HealthCheck):
         return mean, math.sqrt(var / n), sq
 
     def evaluate(self, t: dict[str, float], view: StepView) -> tuple[dict[str, float], Finding | None]:
-        self._last_view = view
+        self._last_batch = _batch_summary(view)
         names = sorted({key.rsplit("/", 1)[0] for key in t})
         self._window.append({name: (t[f"{name}/sum"], t[f"{name}/sq"], t[f"{name}/n"]) for name in names})
         correct = view.correctness_reward
@@ -135,23 +136,21 @@ class RewardHackingCheck(HealthCheck):
                 f"; the policy is past its peak: the checkpoint of step {best_step} is the one to keep "
                 "(trainer.checkpoint_every_n_steps at a divisor of eval.every_n_steps saves it)"
             )
-        if self._last_view is not None:
-            parts = self._component_means(self._last_view)
+        if self._last_batch is not None:
+            parts = self._component_means(self._last_batch["reward_components"])
             if parts:
                 evidence += f"; the last training batch's reward components: {parts}"
         values = {"val_accuracy_before": p0, "val_accuracy_reference": pb, "val_accuracy": accuracy, "stderr": se}
         return Finding(evidence + ".", values)
 
     @staticmethod
-    def _component_means(view: StepView) -> str:
-        return ", ".join(
-            f"{n} {float(v.float().mean()):.3f}" for n, v in sorted(view.rollout.reward_components.items())
-        )
+    def _component_means(components: dict) -> str:
+        return ", ".join(f"{n} {float(v.float().mean()):.3f}" for n, v in sorted(components.items()))
 
     def diagnosis(self, view: StepView | None) -> tuple[str, str]:
-        view = view or self._last_view
-        weights = view.reward_weights if view is not None else {}
-        correct = view.correctness_reward if view is not None else None
+        seen = _batch_summary(view) if view is not None else self._last_batch
+        weights = seen["reward_weights"] if seen is not None else {}
+        correct = seen["correctness_reward"] if seen is not None else None
         shaping = [f"task.rewards.{n} (now {w:g})" for n, w in weights.items() if n != correct]
         causes = (
             "the shaping rewards (format, length) are easier to earn than correctness and outweigh it, so GRPO "
@@ -159,14 +158,25 @@ class RewardHackingCheck(HealthCheck):
             "(see the truncation check); or the learning rate moves the policy away from what it could solve. "
             "Entropy usually collapses alongside (see the degenerate check)."
         )
-        lr = f" (now {view.lr:g})" if view is not None else ""
-        tokens = f" (now {view.rollout.max_new_tokens})" if view is not None else ""
+        lr = f" (now {seen['lr']:g})" if seen is not None else ""
+        tokens = f" (now {seen['max_new_tokens']})" if seen is not None else ""
         fix = (
             f"lower the shaping weight{'s' if len(shaping) > 1 else ''} ({', '.join(shaping) or 'task.rewards'}) "
             f"relative to the correctness reward; raise rollout.max_new_tokens{tokens}; lower algorithm.lr{lr}; "
             "evaluate more often (fewer eval.every_n_steps) to see the fall early and keep the checkpoint before it."
         )
         return causes, fix
+
+
+def _batch_summary(view: StepView) -> dict:
+    """The parts of a step's view that the held-out alert and the diagnosis read."""
+    return {
+        "reward_components": dict(view.rollout.reward_components),
+        "reward_weights": dict(view.reward_weights),
+        "correctness_reward": view.correctness_reward,
+        "lr": view.lr,
+        "max_new_tokens": view.rollout.max_new_tokens,
+    }
 
 
 def _difference_stderr(p1: float, n1: int, p2: float, n2: int) -> float:

@@ -14,16 +14,16 @@ same derivation as in sync mode, never one fixed seed.
 
 from __future__ import annotations
 
-import pickle
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from torch import nn
 
 from grpo_lightning.data.lookahead import PromptWindow
+from grpo_lightning.plain_state import RefusedState, from_plain, to_plain
 from grpo_lightning.rollout.batch import RolloutBatch
-from grpo_lightning.rollout.engine import GenerationRequest
+from grpo_lightning.rollout.engine import Completion, GenerationRequest
 from grpo_lightning.rollout.generator import RolloutGenerator, engine_context
 
 
@@ -87,17 +87,29 @@ class AsyncRolloutGenerator(RolloutGenerator):
     def state_dict(self) -> dict:
         """The generations in flight (queued, not yet trained on), waited for and kept as they
         came out: a resumed run trains on exactly these, sampled with the older weights the
-        uninterrupted run used, so it continues identically."""
-        saved = {
-            step: (p.records, p.requests, p.future.result(), p.submitted_at_step) for step, p in self.pending.items()
-        }
-        return {"pending": pickle.dumps(saved)}
+        uninterrupted run used, so it continues identically. Plain data: it loads without running code."""
+        saved = [
+            {
+                "step": step,
+                "records": p.records,
+                "requests": [asdict(r) for r in p.requests],
+                "completions": [asdict(c) for c in p.future.result()],
+                "submitted_at_step": p.submitted_at_step,
+            }
+            for step, p in self.pending.items()
+        ]
+        return {"pending": to_plain(saved, "the generations in flight")}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        for step, (records, requests, completions, submitted_at) in pickle.loads(state_dict["pending"]).items():
+        if not isinstance(state_dict["pending"], list):
+            raise RefusedState.pickled("state of the generations in flight")
+        for saved in from_plain(state_dict["pending"]):
             future: Future = Future()
-            future.set_result(completions)
-            self.pending[step] = PendingGeneration(records, requests, future, submitted_at)
+            future.set_result([Completion(**c) for c in saved["completions"]])
+            requests = [GenerationRequest(**r) for r in saved["requests"]]
+            self.pending[saved["step"]] = PendingGeneration(
+                saved["records"], requests, future, saved["submitted_at_step"]
+            )
 
     def close(self) -> None:
         """Wait for queued generations and drop them (end of training, or an exception)."""
