@@ -204,16 +204,17 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
     resolved Hydra config).
     """
     validate_config(cfg)
-    if cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available():
-        report = huge_pages_report()
-        if report:
-            rank_zero_info(report)
     if cfg.trainer.num_threads > 0:
         torch.set_num_threads(cfg.trainer.num_threads)
     if cfg.trainer.malloc_mmap_threshold > 0:
         release_freed_memory(cfg.trainer.malloc_mmap_threshold)
     L.seed_everything(cfg.trainer.seed, workers=True, verbose=False)
     datamodule = build_datamodule(cfg)
+    # After the data: a run that fails on its inputs says only what failed (cli_errors).
+    if cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available():
+        report = huge_pages_report()
+        if report:
+            rank_zero_info(report)
     policy, tokenizer = load_policy(cfg.model)
     r = cfg.rollout
     generator_cls, extra = RolloutGenerator, {}

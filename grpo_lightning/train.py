@@ -14,9 +14,11 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_lightning.build import build_run, fit
+from grpo_lightning.cli_errors import end_on_error, run_cli
 from grpo_lightning.config import ConfigError, TaskConfig, TrainConfig
-from grpo_lightning.data.files import DataError
-from grpo_lightning.rollout.engine import EngineError
+
+# config.ConfigError is not yet an errors.UserError (the config/ package makes it one; then drop this).
+USER_ERRORS = (ConfigError,)
 
 # The configs ship inside the package (grpo_lightning/conf), so an installed wheel has them too.
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -86,17 +88,20 @@ def main(cfg: DictConfig) -> None:
     train_cfg = to_train_config(cfg)
     try:
         metrics = run(train_cfg, logged_config=OmegaConf.to_container(cfg, resolve=True))
-    except (ConfigError, DataError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    except EngineError as err:  # a dead or wedged vLLM server: said plainly, not as a traceback
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(1)
     except Interrupted as stop:
         sys.exit(128 + stop.signum)
+    except Exception as err:  # the user's: one or two lines, exit 2; a bug: re-raised, with its traceback
+        end_on_error(err, user_errors=USER_ERRORS)
+        raise
     shown = {k: round(v, 4) for k, v in metrics.items() if k.split("/")[0] in ("reward", "kl", "train", "val")}
     print(f"final metrics: {shown}")
 
 
+def cli() -> None:
+    """The console script: :func:`main` with errors ended as :mod:`grpo_lightning.cli_errors` says
+    (one or two lines and exit 2 for what the user can fix, a traceback for a bug)."""
+    run_cli(main, user_errors=USER_ERRORS)
+
+
 if __name__ == "__main__":
-    main()
+    cli()
