@@ -1,7 +1,8 @@
 """The Hydra entry point: ``grpo-lightning key=value ...``, or ``python -m grpo_lightning.train key=value ...``.
 
-Thin on purpose: compose and type-check the config, validate it before any model loads,
-build the run (``build.build_run``), fit.
+Thin on purpose: compose and type-check the config, apply ``trainer.huge_pages``, validate the
+config before any model loads, build the run (``build.build_run``), fit. Lightning is imported
+only after the allocator choice (torch reads it at its first CPU allocation).
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_lightning.build import build_run, fit
 from grpo_lightning.cli_errors import end_on_error, run_cli
 from grpo_lightning.config import ConfigError, TaskConfig, TrainConfig
+from grpo_lightning.models.allocator import apply_huge_pages
 
 # config.ConfigError is not yet an errors.UserError (the config/ package makes it one; then drop this).
 USER_ERRORS = (ConfigError,)
@@ -68,6 +69,10 @@ def run(cfg: TrainConfig, logged_config: dict | None = None) -> dict[str, float]
     """Train with ``cfg`` (baseline evaluation, fit, final evaluation); returns the last logged metrics.
 
     Raises :class:`Interrupted` when a signal stopped the run (its checkpoint is written)."""
+    apply_huge_pages(cfg.trainer.huge_pages)
+    # Only now: importing lightning makes torch's first CPU allocation, which fixes the allocator.
+    from grpo_lightning.build import build_run, fit  # noqa: PLC0415
+
     built = build_run(cfg, logged_config=logged_config)
     trainer = built.trainer(cfg)
     try:

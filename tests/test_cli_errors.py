@@ -63,7 +63,7 @@ def test_a_stop_by_design_prints_its_diagnosis_with_exit_3(monkeypatch, tmp_path
     def stops(*args, **kwargs):
         raise NonFiniteTrainingError("GRPO stopped at step 3: lower algorithm.lr")
 
-    monkeypatch.setattr(train, "build_run", stops)
+    monkeypatch.setattr(build, "build_run", stops)
     err = ends_with(3, monkeypatch, tmp_path, capsys)
     assert err.strip() == "stopped: GRPO stopped at step 3: lower algorithm.lr"
 
