@@ -28,7 +28,6 @@ from grpo_lightning.models.allocator import apply_huge_pages, huge_pages_report,
 from grpo_lightning.models.compile import compile_training_models
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rewards import RewardScorer
-from grpo_lightning.sharding import build_strategy
 from grpo_lightning.rollout import (
     AsyncRolloutGenerator,
     HFEngine,
@@ -38,6 +37,7 @@ from grpo_lightning.rollout import (
     WeightSync,
 )
 from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
+from grpo_lightning.sharding import build_strategy
 
 
 @dataclass

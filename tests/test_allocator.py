@@ -46,8 +46,9 @@ def test_freed_tensors_go_back_to_the_os_only_with_the_setting():
 
 
 def test_build_run_applies_the_setting(monkeypatch):
-    from grpo_lightning import build
     from conftest import make_config
+
+    from grpo_lightning import build
 
     calls = []
     monkeypatch.setattr(build, "release_freed_memory", lambda threshold: calls.append(threshold) or True)
@@ -113,8 +114,9 @@ def test_the_users_own_switch_wins():
 
 
 def test_build_run_reports_huge_pages(monkeypatch):
-    from grpo_lightning import build
     from conftest import make_config
+
+    from grpo_lightning import build
 
     lines = []
     monkeypatch.setattr(build, "huge_pages_report", lambda requested: f"huge pages: the report ({requested})")
@@ -156,8 +158,9 @@ def test_importing_the_package_changes_no_allocator_setting():
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_a_run_applies_trainer_huge_pages(monkeypatch, enabled):
-    from grpo_lightning import build
     from conftest import make_config
+
+    from grpo_lightning import build
 
     monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
     cfg = make_config(1)
