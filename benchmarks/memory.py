@@ -8,7 +8,7 @@ batch (4 prompts x 8 completions x 32 tokens), beta, loss aggregation and learni
 ``trl_vs_ours.py``. Reported per run: peak RSS, the RSS after imports and before the model
 loads (the interpreter, torch, transformers: the same for every run of one trainer), the
 peak above that baseline, and that peak divided by the number of trained parameters, and
-whether large CPU tensors were on huge pages (ours: on, as the package's import sets it; TRL:
+whether large CPU tensors were on huge pages (ours: on, as trainer.huge_pages asks by default; TRL:
 off, its default, and on in the ``trl-*-thp`` runs).
 
     make .venv-bench/.installed          # TRL 1.16 + peft + this package in .venv-bench
@@ -137,9 +137,11 @@ def child(name: str, model_dir: str, checkpointing: bool, steps: int) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     trainer, dtype, lora, beta = RUNS[name]
     if trainer == "ours":
-        # first, as the CLI imports it: its import turns on huge pages for large CPU tensors,
-        # which torch decides at its first allocation (importing lightning allocates)
-        import grpo_lightning  # noqa: F401
+        # first, as the CLI applies trainer.huge_pages: huge pages for large CPU tensors, which
+        # torch decides at its first allocation (importing lightning allocates)
+        from grpo_lightning.models.allocator import prefer_huge_pages
+
+        prefer_huge_pages()
     import lightning  # noqa: F401  the imports every run pays, before the baseline
     import transformers  # noqa: F401
 

@@ -351,8 +351,10 @@ def run_ours(setting: str, model_dir: str | None, table: str, precision: str = "
 
 
 def child(trainer: str, setting: str, model_dir: str | None, table: str, trl_vllm: bool, precision: str) -> None:
-    if trainer == "ours":  # first, as the CLI imports it: huge pages for large CPU tensors (run_child)
-        import grpo_lightning  # noqa: F401
+    if trainer == "ours":  # first, as the CLI applies trainer.huge_pages: before torch's first allocation
+        from grpo_lightning.models.allocator import prefer_huge_pages
+
+        prefer_huge_pages()
     import torch
 
     torch.set_num_threads(1)
@@ -407,15 +409,14 @@ def summarize(runs: list[dict], warmup: int) -> dict:
 OURS_PYTHON = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"
 
 
-# As the user started this script, before any import of our package (which sets it to 1). The
-# name is spelled out: importing allocator.HUGE_PAGES_SWITCH would import the package first.
+# As the user started this script, before anything of ours could set it to 1 (the "ours" child
+# asks for huge pages, as trainer.huge_pages does by default).
 USER_HUGE_PAGES = os.environ.get("THP_MEM_ALLOC_ENABLE")
 
 
 def child_environment(trainer: str) -> dict:
-    """Each trainer with its own default for large CPU tensors: ours on huge pages (its import
-    asks for them), TRL without (torch's default; importing our package for TRL's reward, or
-    this process's imports of it, would otherwise turn them on), unless the user set the switch."""
+    """Each trainer with its own default for large CPU tensors: ours on huge pages (the child
+    asks for them, as trainer.huge_pages does), TRL without (torch's default), unless the user set the switch."""
     env = dict(os.environ)
     if trainer == "trl":
         env["THP_MEM_ALLOC_ENABLE"] = USER_HUGE_PAGES if USER_HUGE_PAGES is not None else "0"

@@ -1,21 +1,35 @@
-"""grpo_lightning: GRPO as a PyTorch Lightning module plus callbacks, built never to fail silently."""
+"""grpo_lightning: GRPO as a PyTorch Lightning module plus callbacks, built never to fail silently.
 
-from grpo_lightning.models.allocator import prefer_huge_pages
+Importing the package has no side effects and imports no Lightning: the names below load on
+first use (PEP 562), so the CLI can apply ``trainer.huge_pages`` before torch's first CPU
+allocation (which importing lightning makes; see ``models/allocator.py``).
+"""
 
-# Before anything below imports lightning (whose import allocates): torch reads the switch once,
-# at its first CPU allocation. Large CPU tensors on huge pages: less peak memory, same speed.
-prefer_huge_pages()
+from __future__ import annotations
 
-from grpo_lightning.config import TrainConfig, validate_config
-from grpo_lightning.module import GRPOModule
-from grpo_lightning.rollout import HFEngine, RolloutBatch, RolloutGenerator, SamplingSettings
+import importlib
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "GRPOModule",
-    "HFEngine",
-    "RolloutBatch",
-    "RolloutGenerator",
-    "SamplingSettings",
-    "TrainConfig",
-    "validate_config",
-]
+if TYPE_CHECKING:
+    from grpo_lightning.config import TrainConfig, validate_config
+    from grpo_lightning.module import GRPOModule
+    from grpo_lightning.rollout import HFEngine, RolloutBatch, RolloutGenerator, SamplingSettings
+
+# Each public name and the module that defines it.
+_EXPORTS = {
+    "GRPOModule": "grpo_lightning.module",
+    "HFEngine": "grpo_lightning.rollout",
+    "RolloutBatch": "grpo_lightning.rollout",
+    "RolloutGenerator": "grpo_lightning.rollout",
+    "SamplingSettings": "grpo_lightning.rollout",
+    "TrainConfig": "grpo_lightning.config",
+    "validate_config": "grpo_lightning.config",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'grpo_lightning' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

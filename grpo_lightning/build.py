@@ -24,11 +24,10 @@ from grpo_lightning.data.files import max_prompt_tokens, prompt_check
 from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.data.tasks import task_records
 from grpo_lightning.models import load_policy
-from grpo_lightning.models.allocator import huge_pages_report, release_freed_memory
+from grpo_lightning.models.allocator import apply_huge_pages, huge_pages_report, release_freed_memory
 from grpo_lightning.models.compile import compile_training_models
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rewards import RewardScorer
-from grpo_lightning.sharding import build_strategy
 from grpo_lightning.rollout import (
     AsyncRolloutGenerator,
     HFEngine,
@@ -38,6 +37,7 @@ from grpo_lightning.rollout import (
     WeightSync,
 )
 from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
+from grpo_lightning.sharding import build_strategy
 
 
 @dataclass
@@ -206,16 +206,18 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
     resolved Hydra config).
     """
     validate_config(cfg)
-    if cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available():
-        report = huge_pages_report()
-        if report:
-            rank_zero_info(report)
+    apply_huge_pages(cfg.trainer.huge_pages)  # in time only if nothing allocated yet (allocator.py)
     if cfg.trainer.num_threads > 0:
         torch.set_num_threads(cfg.trainer.num_threads)
     if cfg.trainer.malloc_mmap_threshold > 0:
         release_freed_memory(cfg.trainer.malloc_mmap_threshold)
     L.seed_everything(cfg.trainer.seed, workers=True, verbose=False)
     datamodule = build_datamodule(cfg)
+    # After the data: a run that fails on its inputs says only what failed (cli_errors).
+    if cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available():
+        report = huge_pages_report(cfg.trainer.huge_pages)
+        if report:
+            rank_zero_info(report)
     policy, tokenizer = load_policy(cfg.model)
     r = cfg.rollout
     generator_cls, extra = RolloutGenerator, {}

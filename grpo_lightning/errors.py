@@ -38,3 +38,13 @@ class ServerError(UserError, RuntimeError):
 
 class PluginError(ConfigError):
     """A plug-in file or module named in ``plugins=`` cannot be imported or registers badly."""
+
+
+class TrainingStopped(RuntimeError):
+    """The run stopped itself on purpose: the non-finite guard or a health check with action ``raise``.
+
+    Neither the user's input nor a bug of ours: the message is the diagnosis (what failed, why, what
+    to change), so the CLI prints it without a traceback and exits with code 3.
+    """
+
+    exit_code = 3

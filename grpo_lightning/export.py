@@ -18,7 +18,6 @@ from transformers.utils import logging as hf_logging
 
 from grpo_lightning.models.lora import is_peft_model, save_adapter, save_merged
 
-
 ADAPTER_FOLDER = "adapter"  # a LoRA policy's adapter folder, inside the exported one
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grpo_lightning.errors import TrainingStopped
 
-class NonFiniteTrainingError(RuntimeError):
-    """Training stopped because too many consecutive steps were non-finite."""
+
+class NonFiniteTrainingError(TrainingStopped):
+    """Training stopped because too many consecutive steps were non-finite; the message is the diagnosis."""
 
 
 @dataclass

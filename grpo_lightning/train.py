@@ -1,7 +1,8 @@
 """The Hydra entry point: ``grpo-lightning key=value ...``, or ``python -m grpo_lightning.train key=value ...``.
 
-Thin on purpose: compose and type-check the config, validate it before any model loads,
-build the run (``build.build_run``), fit.
+Thin on purpose: compose and type-check the config, apply ``trainer.huge_pages``, validate the
+config before any model loads, build the run (``build.build_run``), fit. Lightning is imported
+only after the allocator choice (torch reads it at its first CPU allocation).
 """
 
 from __future__ import annotations
@@ -11,12 +12,10 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_lightning.build import build_run, fit
-from grpo_lightning.config import ConfigError, TrainConfig
+from grpo_lightning.cli_errors import end_on_error, run_cli
+from grpo_lightning.config import TrainConfig
 from grpo_lightning.config.compose import CONF_DIR, SCHEMA, finish, plan
-from grpo_lightning.data.files import DataError
-from grpo_lightning.errors import CheckpointError, UserError
-from grpo_lightning.rollout.engine import EngineError
+from grpo_lightning.models.allocator import apply_huge_pages
 
 _SCHEMA = SCHEMA  # the schema Hydra composes onto (grpo_lightning/config/compose.py says why)
 __all__ = ["CONF_DIR", "cli", "main", "run", "to_train_config"]
@@ -54,6 +53,10 @@ def run(cfg: TrainConfig, logged_config: dict | None = None) -> dict[str, float]
     """Train with ``cfg`` (baseline evaluation, fit, final evaluation); returns the last logged metrics.
 
     Raises :class:`Interrupted` when a signal stopped the run (its checkpoint is written)."""
+    apply_huge_pages(cfg.trainer.huge_pages)
+    # Only now: importing lightning makes torch's first CPU allocation, which fixes the allocator.
+    from grpo_lightning.build import build_run, fit  # noqa: PLC0415
+
     built = build_run(cfg, logged_config=logged_config)
     trainer = built.trainer(cfg)
     try:
@@ -74,26 +77,25 @@ def main(cfg: DictConfig) -> None:
     try:
         train_cfg = to_train_config(cfg)
         metrics = run(train_cfg, logged_config=OmegaConf.to_container(cfg, resolve=True))
-    except (ConfigError, DataError, CheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    except EngineError as err:  # a dead or wedged vLLM server: said plainly, not as a traceback
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(1)
     except Interrupted as stop:
         sys.exit(128 + stop.signum)
+    except Exception as err:  # the user's: one or two lines, exit 2; a bug: re-raised, with its traceback
+        end_on_error(err)
+        raise
     shown = {k: round(v, 4) for k, v in metrics.items() if k.split("/")[0] in ("reward", "kl", "train", "val")}
     print(f"final metrics: {shown}")
 
 
 def cli() -> None:
     """The console script: phase 1 of the composition (import ``plugins``, hold back dict
-    assignments) on the command line, then Hydra composes and runs :func:`main`."""
-    try:
-        steps = plan(sys.argv[1:])
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(err.exit_code)
+    assignments) on the command line, then Hydra composes and runs :func:`main`; errors end as
+    :mod:`grpo_lightning.cli_errors` says (one or two lines and exit 2 for what the user can fix,
+    a traceback for a bug)."""
+    run_cli(_plan_then_main)
+
+
+def _plan_then_main() -> None:
+    steps = plan(sys.argv[1:])
     _DEFERRED[:] = steps.deferred
     sys.argv[1:] = steps.hydra
     main()

@@ -25,8 +25,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
-import grpo_lightning.rollout.generator as rollout_module
 import grpo_lightning.module as module_module
+import grpo_lightning.rollout.generator as rollout_module
 from grpo_lightning.build import build_run
 from grpo_lightning.config import TrainConfig
 from grpo_lightning.data import PromptDataModule

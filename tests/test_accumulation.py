@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import gradients
 
 from grpo_lightning.algorithm import LOSS_AGG_MODES
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.module import GRPOModule
-
-from conftest import gradients
 
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)

@@ -10,10 +10,10 @@ import torch
 from grpo_lightning.algorithm import (
     LOSS_AGG_MODES,
     aggregate,
+    clipped_surrogate,
     group_advantages,
     kl_estimate,
     loss_normalizer,
-    clipped_surrogate,
     selective_log_probs,
 )
 

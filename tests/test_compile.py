@@ -7,12 +7,12 @@ import copy
 
 import pytest
 import torch
+from conftest import PROMPTS, make_generator
 from torch._dynamo.utils import counters
 
 from grpo_lightning.config import AlgorithmConfig, TrainConfig, validate_config
 from grpo_lightning.models.compile import compile_training_models, eager_generation, is_compiled, layers_to_compile
 from grpo_lightning.module import GRPOModule
-from conftest import PROMPTS, make_generator
 
 
 def _pass(module: GRPOModule, rollout):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import fit, make_config, make_generator
 
 from grpo_lightning.algorithm import tied_groups
 from grpo_lightning.config import AlgorithmConfig
@@ -14,8 +15,6 @@ from grpo_lightning.module import GRPOModule, StepResult
 from grpo_lightning.rewards import register_reward
 from grpo_lightning.rewards.overlong import overlong_penalty_value
 from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
-
-from conftest import fit, make_config, make_generator
 
 
 @register_reward("test_odd_first_only")

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from ddp_gradients_worker import fixed_batch
 
 from grpo_lightning.algorithm import LOSS_AGG_MODES

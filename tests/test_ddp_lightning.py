@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import run_worker
 
 WORKER = Path(__file__).with_name("ddp_fit_worker.py")

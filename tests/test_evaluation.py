@@ -7,12 +7,11 @@ import csv
 import pytest
 
 from grpo_lightning.build import build_run, fit
-from grpo_lightning.rollout import RolloutGenerator
 from grpo_lightning.config import TrainConfig
 from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.models import build_char_tokenizer
 from grpo_lightning.rewards import RewardScorer
-from grpo_lightning.rollout import Completion, SamplingSettings
+from grpo_lightning.rollout import Completion, RolloutGenerator, SamplingSettings
 
 RECORDS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (2, 2), (5, 0)]]
 

@@ -11,8 +11,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from grpo_lightning.rollout import GenerationRequest, HFEngine, SamplingSettings
-from grpo_lightning.rollout import fused_decode
+from grpo_lightning.rollout import GenerationRequest, HFEngine, SamplingSettings, fused_decode
 from grpo_lightning.rollout.fused_decode import FusedDecoder, fused_decode_support
 from grpo_lightning.rollout.hf import _ForwardDecoder
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 import hashlib
 
 import torch
+from conftest import fit, make_config
 
 import grpo_lightning.rollout.generator as rollout_module
 from grpo_lightning.rollout import GenerationRequest, HFEngine
 from grpo_lightning.rollout import sampler as sampler_module
-
-from conftest import fit, make_config
 
 STEPS = 12
 

@@ -4,7 +4,6 @@ first step by the nonfinite check, with the dropped-sequence count; the twin is 
 from __future__ import annotations
 
 import torch
-
 from conftest import fit, make_config
 
 POISONED_STEP = 3

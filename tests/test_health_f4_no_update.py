@@ -3,9 +3,9 @@ zero update norm and by the KL stuck at exactly zero; the twin with a real optim
 
 from __future__ import annotations
 
-from grpo_lightning.module import GRPOModule
-
 from conftest import fit, make_config
+
+from grpo_lightning.module import GRPOModule
 
 
 def _noop_step(monkeypatch):

@@ -4,11 +4,10 @@ records it (mode mismatch) or hides it (the ratio-1 identity); every mode's twin
 from __future__ import annotations
 
 import pytest
+from conftest import fit, make_config
 
 import grpo_lightning.algorithm.objective as objective_lib
 from grpo_lightning.algorithm import LOSS_AGG_MODES, AggregationRecord, aggregate
-
-from conftest import fit, make_config
 
 
 def _token_mean_policy(monkeypatch, record_honestly: bool):

@@ -4,11 +4,10 @@ raises no alert; and the 'raise' action stops training with the diagnosis."""
 from __future__ import annotations
 
 import pytest
+from conftest import fit, make_config
 
 import grpo_lightning.rollout.generator as rollout_module
 from grpo_lightning.health import HealthCheckError
-
-from conftest import fit, make_config
 
 HEALTHY_STEPS = 250
 

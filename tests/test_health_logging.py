@@ -6,10 +6,9 @@ from __future__ import annotations
 import csv
 
 import pytest
+from conftest import fit, make_config
 
 from grpo_lightning.config import HEALTH_CHECKS
-
-from conftest import fit, make_config
 
 
 def test_health_metrics_are_written_by_the_logger(tmp_path):

@@ -6,12 +6,11 @@ held-out accuracy that falls below its pre-training value by two standard errors
 from __future__ import annotations
 
 import pytest
+from conftest import fit, make_config
 
 from grpo_lightning.config import RewardHackingCheckConfig
 from grpo_lightning.health import RewardHackingCheck
 from grpo_lightning.rewards import register_reward
-
-from conftest import fit, make_config
 
 
 @register_reward("test_starts_with_seven")

@@ -8,12 +8,11 @@ import math
 
 import pytest
 import torch
+from conftest import fit, gradients, make_config
 
 from grpo_lightning.algorithm import POLICY_LOSSES, PolicyLossInputs, compute_advantages, selective_log_probs
 from grpo_lightning.algorithm.lr_schedule import lr_factor
 from grpo_lightning.config import AlgorithmConfig
-
-from conftest import fit, gradients, make_config
 
 
 def _loss(name, logp, old_logp, advantages, mask=None, **cfg):

@@ -11,12 +11,12 @@ import random
 
 import pytest
 import torch
+from conftest import gradients
 
 from grpo_lightning.algorithm.packing import first_fit_decreasing, pack_micro_batch
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.models.forward import CompletionLogProbs
 from grpo_lightning.module import GRPOModule
-from conftest import gradients
 
 CASES = 60
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import make_config
 
 from grpo_lightning.config import ConfigError, ModelConfig, validate_config
 from grpo_lightning.models import load_policy
-
-from conftest import make_config
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import fit, gradients, make_config
 
 from grpo_lightning.algorithm import (
     ADVANTAGE_ESTIMATORS,
@@ -19,8 +20,6 @@ from grpo_lightning.algorithm import (
     register_policy_loss,
 )
 from grpo_lightning.config import AlgorithmConfig, ConfigError, TrainConfig, validate_config
-
-from conftest import fit, gradients, make_config
 
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)

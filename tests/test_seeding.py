@@ -6,11 +6,10 @@ import itertools
 import random
 
 import torch
+from conftest import PROMPTS, make_generator
 
 from grpo_lightning.rollout import GenerationRequest, HFEngine, SamplingSettings, sample_seed
 from grpo_lightning.rollout.sampler import SeededSampler
-
-from conftest import PROMPTS, make_generator
 
 
 def test_seeds_are_distinct_across_rank_step_prompt_sample_and_deterministic():

@@ -11,6 +11,7 @@ import threading
 from typing import ClassVar
 
 import pytest
+from conftest import make_config
 
 from grpo_lightning.config import ConfigError, VLLMServerConfig, is_loopback_host, validate_config
 from grpo_lightning.errors import ServerError
@@ -18,8 +19,6 @@ from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
 from grpo_lightning.rollout import server_guard
 from grpo_lightning.rollout.server_auth import identity_proof
 from grpo_lightning.rollout.vllm_server import ServerClient, ServerSettings, VLLMServerEngine
-
-from conftest import make_config
 
 
 def launch(**settings):

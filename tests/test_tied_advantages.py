@@ -13,6 +13,7 @@ import random
 
 import pytest
 import torch
+from conftest import fit, make_config
 
 from grpo_lightning.algorithm import (
     ADVANTAGE_SCALES,
@@ -23,8 +24,6 @@ from grpo_lightning.algorithm import (
     tied_groups,
 )
 from grpo_lightning.rewards import register_reward
-
-from conftest import fit, make_config
 
 CASES = 400  # random cases per property and scale
 REPORTED = [0.1, 0.7, 1 / 3, 1000.1, 1e6 + 0.5, -0.7, -1000.1, 2.0 / 3.0, 0.0, 1e-3, 123456.789]

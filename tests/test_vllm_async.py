@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from vllm_helpers import RolloutRecorder, diversity_failures, run_training, small_config
 
 import grpo_lightning.rollout.generator as rollout_module
 from grpo_lightning.build import build_run
 from grpo_lightning.checkpointing import checkpoints_in
 from grpo_lightning.data import PromptDataModule
-from vllm_helpers import RolloutRecorder, diversity_failures, run_training, small_config
 
 # The same two prompts at every step: F1 showed as one prompt getting the same completion
 # at every step.

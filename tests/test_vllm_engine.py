@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from vllm_helpers import perturbed_policy
 
-from grpo_lightning.rollout import WeightSync, WeightSyncError
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.models import build_tiny_policy
 from grpo_lightning.module import GRPOModule
-from grpo_lightning.rollout import GenerationRequest, SamplingSettings
+from grpo_lightning.rollout import GenerationRequest, SamplingSettings, WeightSync, WeightSyncError
 from grpo_lightning.rollout.seeding import group_seeds
 from grpo_lightning.rollout.side_effects import ProcessState
-from vllm_helpers import perturbed_policy
 
 PROMPTS = ["1+2=", "9+9=", "3+4=", "0+7="]
 

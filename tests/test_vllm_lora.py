@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from vllm_helpers import small_config
 
 from grpo_lightning.build import build_run
 from grpo_lightning.models.lora import merged_state_dict
 from grpo_lightning.rollout.weight_sync import WeightSync, WeightSyncError
-
-from vllm_helpers import small_config
 
 
 def test_lora_training_syncs_merged_weights_that_verify(vllm_session):

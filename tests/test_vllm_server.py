@@ -11,6 +11,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from conftest import SERVER_KEY_ENV, free_port, make_config
 
 from grpo_lightning.build import build_run
 from grpo_lightning.config import AlgorithmConfig, ConfigError, validate_config
@@ -18,8 +19,6 @@ from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rollout import GenerationRequest, SamplingSettings, WeightSync, WeightSyncError, group_seeds
 from grpo_lightning.rollout.vllm_server import VLLMServerError
-
-from conftest import SERVER_KEY_ENV, free_port, make_config
 
 
 def perturbed_policy(tokenizer, seed: int = 7):

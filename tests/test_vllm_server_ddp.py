@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import SERVER_KEY_ENV, run_worker
 
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
-
-from conftest import SERVER_KEY_ENV, run_worker
 
 WORKER = Path(__file__).with_name("vllm_server_ddp_worker.py")
 STEPS = 20

@@ -14,11 +14,12 @@ import torch
 
 def main() -> None:
     torch.set_num_threads(1)
+    from vllm_helpers import perturbed_policy
+
     from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
     from grpo_lightning.rollout import GenerationRequest, SamplingSettings
     from grpo_lightning.rollout.side_effects import ProcessState
     from grpo_lightning.rollout.vllm import VLLMEngine, VLLMSettings
-    from vllm_helpers import perturbed_policy
 
     tok = build_char_tokenizer()
     torch.manual_seed(5)

@@ -26,6 +26,9 @@ class TrainerConfig(Schema):
     malloc_mmap_threshold: int = option(
         0, "Linux/glibc: fix malloc's mmap threshold at this many bytes so freed tensors return to the OS; 0: off."
     )
+    huge_pages: bool = option(
+        True, "Linux: large CPU tensors on transparent huge pages (less peak memory); applied at run start."
+    )
     log_every_n_steps: int = option(1, "Log metrics every n steps.")
     output_dir: str = option("outputs", "Where logs and checkpoints go (the Hydra run folder under the CLI).")
     enable_checkpointing: bool = option(False, "Save a Lightning checkpoint at the end of training.")

@@ -5,10 +5,9 @@ from __future__ import annotations
 import lightning as L
 from torch.utils.data import DataLoader
 
-from grpo_lightning.data.sampler import PromptSampler
-
 from grpo_lightning.data.lookahead import LookaheadLoader
 from grpo_lightning.data.resumable import ResumableLoader
+from grpo_lightning.data.sampler import PromptSampler
 
 
 def _as_list(records: list[dict]) -> list[dict]:

@@ -13,15 +13,13 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from grpo_lightning.errors import DataError  # also importable from here, as before
+
 if TYPE_CHECKING:
     from grpo_lightning.config import TaskConfig
 
 BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 ROLES = ("system", "user", "assistant")
-
-
-class DataError(ValueError):
-    """A prompt file or one of its rows is unusable; the message names the file, the row and the fix."""
 
 
 def read_records(path: str, field: str, prompt_column: str) -> list[dict]:

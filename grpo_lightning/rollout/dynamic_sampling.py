@@ -28,16 +28,37 @@ the final batch), so reward functions should be deterministic.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from grpo_lightning.algorithm import tied_groups
 from grpo_lightning.rollout.batch import RolloutBatch
+from grpo_lightning.rollout.engine import Completion, GenerationRequest, RolloutEngine, SamplingSettings
 from grpo_lightning.rollout.seeding import sample_seed
 
-if TYPE_CHECKING:
-    from grpo_lightning.rollout.generator import RolloutGenerator
+
+class Generates(Protocol):
+    """What dynamic sampling needs of the rollout generator (which owns a ``DynamicSampling``):
+    declared here so neither module imports the other."""
+
+    num_generations: int
+    seed: int
+    engine: RolloutEngine
+    sampling: SamplingSettings
+
+    def build_requests(
+        self, records: list[dict], step: int, rank: int, first_prompt: int = 0
+    ) -> list[GenerationRequest]: ...
+
+    def assemble(
+        self,
+        records: list[dict],
+        requests: list[GenerationRequest],
+        completions: list[Completion],
+        step: int,
+        generation_seconds: float,
+    ) -> RolloutBatch: ...
 
 
 class DynamicSampling:
@@ -62,7 +83,7 @@ class DynamicSampling:
             fresh += [self.pool[i] for i in order][: count - len(fresh)]
         return fresh[:count]
 
-    def rollout(self, generator: RolloutGenerator, records: list[dict], step: int, rank: int) -> RolloutBatch:
+    def rollout(self, generator: Generates, records: list[dict], step: int, rank: int) -> RolloutBatch:
         start = time.perf_counter()
         size, wanted = generator.num_generations, len(records)
         informative: list[tuple[dict, list, list]] = []  # (record, requests, completions) per group

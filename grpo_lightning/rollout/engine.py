@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from grpo_lightning.errors import ServerError
+
 
 @dataclass(frozen=True)
 class SamplingSettings:
@@ -36,7 +38,7 @@ class Completion:
     weight_version: int | None = None
 
 
-class EngineError(RuntimeError):
+class EngineError(ServerError):
     """An engine failed (a server refused, timed out or died); the message says where and why."""
 
 

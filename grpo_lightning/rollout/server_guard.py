@@ -17,13 +17,19 @@ import secrets
 import socket
 import sys
 
+import httpx
+
 from grpo_lightning.config import is_loopback_host
+from grpo_lightning.errors import ServerError
+from grpo_lightning.rollout.engine import EngineError
 from grpo_lightning.rollout.server_auth import IDENTITY_PATH, identity_proof
 
 
-def _error(message: str) -> Exception:
-    from grpo_lightning.rollout.vllm_server import VLLMServerError
+class VLLMServerError(EngineError, ServerError):
+    """The vLLM server refused, failed, timed out or exited; the message names it."""
 
+
+def _error(message: str) -> Exception:
     return VLLMServerError(message)
 
 
@@ -83,8 +89,6 @@ def api_key_from_env(name: str | None) -> str | None:
 def verify_identity(client, token: str, served_name: str, pid: int | None = None) -> None:
     """Refuse the server at ``client.url`` unless it holds ``token``, runs as ``pid`` (when known),
     serves ``served_name`` and answers a request without the token with 401."""
-    import httpx
-
     nonce = secrets.token_hex(16)
     not_ours = f"the server at {client.url} is not the vLLM server this run launched"
     try:

@@ -53,16 +53,12 @@ from pathlib import Path
 
 import torch
 
-from grpo_lightning.errors import ServerError
 from grpo_lightning.models.lora import save_merged
 from grpo_lightning.rollout import server_auth, server_guard
-from grpo_lightning.rollout.engine import Completion, EngineError, GenerationRequest, SamplingSettings
+from grpo_lightning.rollout.engine import Completion, GenerationRequest, SamplingSettings
+from grpo_lightning.rollout.server_guard import VLLMServerError
 
 SERVED_NAME = "policy"  # --served-model-name of a launched server
-
-
-class VLLMServerError(EngineError, ServerError):
-    """The vLLM server refused, failed, timed out or exited; the message names it."""
 
 
 @dataclass(frozen=True)
