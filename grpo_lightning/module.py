@@ -29,7 +29,7 @@ import math
 import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 
 import lightning as L
 import torch
@@ -55,42 +55,14 @@ from grpo_lightning.guards import NonFiniteCounters, NonFiniteTrainingError
 from grpo_lightning.models.auto_checkpointing import CheckpointingChoice, choose_checkpointing, set_checkpointing
 from grpo_lightning.models.forward import CompletionLogProbs
 from grpo_lightning.models.lora import AdapterDisabledReference, is_peft_model, reference_model
-from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.generator import RolloutGenerator
 from grpo_lightning.sharding import DATA_PARALLEL, shard_module
+from grpo_lightning.step import PassStats, RolloutBatch, StepResult
+from grpo_lightning.weight_push import push_weights
 
 # The frozen reference model is in eval mode on purpose (see GRPOModule.train); the policy's
 # train mode is enforced in training_step, so this warning has nothing left to tell.
 warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode", category=UserWarning)
-
-
-@dataclass
-class PassStats:
-    """What one pass over the generation batch measured (sums, turned into means on logging)."""
-
-    loss: float = 0.0
-    finite_loss: bool = True
-    kept_tokens: float = 0.0
-    kl_sum: float = 0.0
-    entropy_sum: float = 0.0
-    clip_low_sum: float = 0.0
-    clip_high_sum: float = 0.0
-    dropped_seqs: int = 0
-    # engine vs trainer log-probs (only when the rollout carries engine log-probs)
-    engine_tokens: float = 0.0
-    logp_diff_sum: float = 0.0
-    is_ratio_max: float = 0.0
-    is_truncated: float = 0.0
-    # Read by the health monitor (F1, F5): each loss term's aggregated value and the
-    # aggregation it used, and each sequence's summed log-prob (NaN where dropped).
-    policy_loss: float = 0.0
-    kl_loss: float = 0.0
-    aggregation: dict[str, AggregationRecord] = field(default_factory=dict)
-    seq_logp: torch.Tensor | None = None
-    old_logprobs: TokenLogProbs | None = None  # the pass's policy log-probs, when asked to record them
-
-    def token_mean(self, name: str) -> float:
-        return getattr(self, name) / max(self.kept_tokens, 1.0)
 
 
 # The step metrics also given to Lightning's ``self.log`` (trainer.callback_metrics, for
@@ -101,17 +73,6 @@ _PROGRESS_BAR_METRICS = ("reward/mean", "kl/mean")
 
 # The PassStats fields summed over micro-batches on the device (read once per pass).
 _PASS_SUMS = ("loss", "policy_loss", "kl_loss", "kl_sum", "kept_tokens", "entropy_sum", "clip_low_sum", "clip_high_sum")
-
-
-@dataclass
-class StepResult:
-    """The outcome of one training step, kept on the module for callbacks (the health monitor)."""
-
-    passes: list[PassStats] = field(default_factory=list)
-    grad_norms: list[float] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)  # one reason per skipped optimizer step
-    advantages: torch.Tensor | None = None  # [N], as used by the loss (the F5 check reads them)
-    rollout: RolloutBatch | None = None  # the generation batch this step trained on
 
 
 def _default_reference(policy: nn.Module):
@@ -242,7 +203,7 @@ class GRPOModule(L.LightningModule):
         # optimization pass alike: computed once.
         batches = list(self._micro_batches(rollout))
         in_loss = sequences_in_loss(rollout, self.cfg)
-        mask = rollout.completion_mask.float() * (in_loss[:, None] if in_loss is not None else 1.0)
+        mask = rollout.trained_mask.float() * (in_loss[:, None] if in_loss is not None else 1.0)
         return PreparedBatch(
             micro_batches=batches,
             advantages=compute_advantages(rollout.rewards, rollout.group_size, self.cfg),
@@ -414,7 +375,7 @@ class GRPOModule(L.LightningModule):
                 input_ids=ids[rows, first : width + num_cols],
                 attention_mask=attn[rows, first : width + num_cols],
                 prompt_width=width - first,
-                completion_mask=rollout.completion_mask[rows, :num_cols].bool(),
+                completion_mask=rollout.trained_mask[rows, :num_cols].bool(),
                 engine_logprobs=engine[rows, :num_cols] if engine is not None else None,
             )
 
@@ -499,14 +460,14 @@ class GRPOModule(L.LightningModule):
     def on_train_start(self) -> None:
         # An engine started from another snapshot (or shared between runs) begins from this policy.
         if self.rollout is not None:
-            self.rollout.sync_weights(self, self.global_step, force=True)
+            push_weights(self, self.global_step, force=True)
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         """The last hop: after the monitor (callbacks run first), push the new weights to the
         engine; then the step's metrics, the sync's included, go to the loggers."""
         if self.rollout is not None:
             probe = self.last_step.rollout if self.last_step is not None else None
-            self.last_metrics.update(self.rollout.sync_weights(self, self.global_step, probe) or {})
+            self.last_metrics.update(push_weights(self, self.global_step, probe))
         self._write_step_metrics()
 
     def _write_step_metrics(self) -> None:

@@ -293,6 +293,9 @@ class ServerClient:
 class VLLMServerEngine:
     """A :class:`RolloutEngine` whose samples come from a vLLM server (see the module docstring)."""
 
+    owns_weights = True  # the trainer pushes every update (load_weights)
+    supports_async = True  # requests run on a thread pool
+
     def __init__(self, settings: ServerSettings, eos_token_id: int | None = None, server: VLLMServer | None = None):
         self.settings = settings
         self.server = server
