@@ -57,7 +57,7 @@ from grpo_lightning.models.forward import CompletionLogProbs
 from grpo_lightning.models.lora import AdapterDisabledReference, is_peft_model, reference_model
 from grpo_lightning.rollout.generator import RolloutGenerator
 from grpo_lightning.sharding import DATA_PARALLEL, shard_module
-from grpo_lightning.step import PassStats, RolloutBatch, StepResult
+from grpo_lightning.step import PassStats, RolloutBatch, StepContext, StepResult
 from grpo_lightning.weight_push import push_weights
 
 # The frozen reference model is in eval mode on purpose (see GRPOModule.train); the policy's
@@ -181,6 +181,17 @@ class GRPOModule(L.LightningModule):
             self._guarded_step(stats, result)
         self.last_step = result
         self._log_step(rollout, result)
+
+    def step_context(self) -> StepContext:
+        """The settings the last step ran under, for the health monitor (it reads no other module state)."""
+        sampling = self.rollout.sampling if self.rollout is not None else None
+        return StepContext(
+            algorithm=self.cfg,
+            lr=float(self.optimizers().param_groups[0]["lr"]),
+            filtered_sampling=sampling is not None and (sampling.top_p < 1.0 or sampling.top_k > 0),
+            correctness_reward=self.evaluator.correctness_reward if self.evaluator is not None else None,
+            reward_weights={r.name: r.weight for r in self.rollout.scorer.rewards} if self.rollout is not None else {},
+        )
 
     def generate_rollout(self, batch) -> RolloutBatch:
         """The generation batch of this step: ``batch`` itself if it is one, else generated from its prompts."""

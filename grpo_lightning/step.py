@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -68,6 +68,18 @@ class AggregationRecord:
 
     mode: str
     normalizer: float | torch.Tensor
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a monitor reads besides the :class:`StepResult`: the settings the step ran under,
+    given by the module (``GRPOModule.step_context``) so no check reaches into it."""
+
+    algorithm: Any  # the AlgorithmConfig (kept untyped: this layer imports no config)
+    lr: float  # the learning rate of the step
+    filtered_sampling: bool = False  # top_p < 1 or top_k > 0: the engine sampled from a sharper distribution
+    correctness_reward: str | None = None  # the reward function whose score 1 means correct
+    reward_weights: dict[str, float] = field(default_factory=dict)  # reward function -> weight
 
 
 @dataclass(frozen=True)
