@@ -1,16 +1,19 @@
-"""The module's side of the weight sync: gather the policy's tensors (and, to verify, score a
-probe with the policy), then hand both to the rollout generator's :class:`WeightSync`.
+"""The module's side of its rollout engine: the weight sync and the engine's release.
 
-The sync itself sees only those records; nothing flows back into the module but metrics.
+For a sync, gather the policy's tensors (and, to verify, score a probe with the policy),
+then hand both to the rollout generator's :class:`WeightSync`; the sync sees only those
+records, and nothing flows back into the module but metrics.
 """
 
 from __future__ import annotations
 
 import time
 
+import lightning as L
 import torch
 
 from grpo_lightning.models.lora import engine_weights
+from grpo_lightning.rollout.generator import RolloutGenerator
 from grpo_lightning.rollout.weight_sync import ProbeScores, WeightSync
 from grpo_lightning.step import PolicyWeights, RolloutBatch
 
@@ -46,3 +49,14 @@ def push_weights(module, step: int, probe: RolloutBatch | None = None, force: bo
     weights = policy_weights(module.policy, step)
     expected = probe_scores(module, probe, generator.tokenizer) if sync.verify else None
     return generator.sync_weights(weights, expected, rank=module.global_rank)
+
+
+class CloseRolloutOnException(L.Callback):
+    """Lightning tells only callbacks about exceptions: drain the generator's queued work and
+    release an engine it built (a launched vLLM server) then."""
+
+    def __init__(self, rollout: RolloutGenerator):
+        self.rollout = rollout
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self.rollout.shutdown()
