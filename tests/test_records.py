@@ -3,12 +3,16 @@ variable-length layout converts to and from the padded one exactly (property tes
 
 from __future__ import annotations
 
+import ast
 import copy
 import random
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
+import grpo_lightning
 from grpo_lightning.algorithm.packing import pack_layout, pack_micro_batch
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.module import GRPOModule
@@ -311,3 +315,18 @@ def test_an_engine_without_the_protocol_is_refused(tokenizer):
         RolloutGenerator(
             GenerateOnly(), tokenizer, RewardScorer.from_names({"arithmetic_exact": 1.0}), 2, SamplingSettings()
         )
+
+
+@pytest.mark.parametrize("name", ["step", "varlen"])
+def test_the_records_layer_imports_nothing_above_it(name):
+    """step.py and varlen.py sit below every other layer: torch, the stdlib and each other only."""
+    source = Path(grpo_lightning.__file__).parent / f"{name}.py"
+    imported = set()
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module)
+    allowed = {"torch", "grpo_lightning.varlen", "grpo_lightning.errors"}
+    outside = {m for m in imported if m.split(".")[0] not in sys.stdlib_module_names and m not in allowed}
+    assert not outside, f"{name}.py imports {outside}"
