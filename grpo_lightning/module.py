@@ -24,12 +24,11 @@ added freely since none of them is load-bearing.
 from __future__ import annotations
 
 import copy
-import functools
 import math
 import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 
 import lightning as L
 import torch
@@ -37,7 +36,6 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from grpo_lightning.algorithm import (
-    AggregationRecord,
     MicroBatch,
     PreparedBatch,
     TokenLogProbs,
@@ -45,99 +43,35 @@ from grpo_lightning.algorithm import (
     loss_normalizer,
     micro_batch_loss,
     sequences_in_loss,
-    tied_groups,
 )
-from grpo_lightning.algorithm.lr_schedule import lr_factor
 from grpo_lightning.algorithm.packing import PackedMicroBatch
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.guards import NonFiniteCounters, NonFiniteTrainingError
+from grpo_lightning.metrics import CALLBACK_METRICS, log_callback_metrics, step_metrics, write_metrics
+from grpo_lightning.micro_batches import frozen_log_probs, micro_batches
 from grpo_lightning.models.auto_checkpointing import CheckpointingChoice, choose_checkpointing, set_checkpointing
 from grpo_lightning.models.forward import CompletionLogProbs
 from grpo_lightning.models.lora import AdapterDisabledReference, is_peft_model, reference_model
-from grpo_lightning.rollout.batch import RolloutBatch
+from grpo_lightning.optim import adamw_can_fuse, build_optimizer
 from grpo_lightning.rollout.generator import RolloutGenerator
 from grpo_lightning.sharding import DATA_PARALLEL, shard_module
+from grpo_lightning.step import PassStats, RolloutBatch, StepContext, StepResult
+from grpo_lightning.step_passes import PassRecorder
+from grpo_lightning.weight_push import CloseRolloutOnException, push_weights
+
+# Re-exported: the records and helpers that used to live here keep their import path.
+__all__ = ["CALLBACK_METRICS", "GRPOModule", "PassStats", "StepResult", "adamw_can_fuse"]
 
 # The frozen reference model is in eval mode on purpose (see GRPOModule.train); the policy's
 # train mode is enforced in training_step, so this warning has nothing left to tell.
 warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode", category=UserWarning)
 
 
-@dataclass
-class PassStats:
-    """What one pass over the generation batch measured (sums, turned into means on logging)."""
-
-    loss: float = 0.0
-    finite_loss: bool = True
-    kept_tokens: float = 0.0
-    kl_sum: float = 0.0
-    entropy_sum: float = 0.0
-    clip_low_sum: float = 0.0
-    clip_high_sum: float = 0.0
-    dropped_seqs: int = 0
-    # engine vs trainer log-probs (only when the rollout carries engine log-probs)
-    engine_tokens: float = 0.0
-    logp_diff_sum: float = 0.0
-    is_ratio_max: float = 0.0
-    is_truncated: float = 0.0
-    # Read by the health monitor (F1, F5): each loss term's aggregated value and the
-    # aggregation it used, and each sequence's summed log-prob (NaN where dropped).
-    policy_loss: float = 0.0
-    kl_loss: float = 0.0
-    aggregation: dict[str, AggregationRecord] = field(default_factory=dict)
-    seq_logp: torch.Tensor | None = None
-    old_logprobs: TokenLogProbs | None = None  # the pass's policy log-probs, when asked to record them
-
-    def token_mean(self, name: str) -> float:
-        return getattr(self, name) / max(self.kept_tokens, 1.0)
-
-
-# The step metrics also given to Lightning's ``self.log`` (trainer.callback_metrics, for
-# callbacks such as ModelCheckpoint(monitor=...) and notebooks; the first two on the progress
-# bar). Every step metric goes to the loggers directly and is ``GRPOModule.last_metrics``.
-CALLBACK_METRICS = ("reward/mean", "kl/mean", "reward/std", "train/loss")
-_PROGRESS_BAR_METRICS = ("reward/mean", "kl/mean")
-
-# The PassStats fields summed over micro-batches on the device (read once per pass).
-_PASS_SUMS = ("loss", "policy_loss", "kl_loss", "kl_sum", "kept_tokens", "entropy_sum", "clip_low_sum", "clip_high_sum")
-
-
-@dataclass
-class StepResult:
-    """The outcome of one training step, kept on the module for callbacks (the health monitor)."""
-
-    passes: list[PassStats] = field(default_factory=list)
-    grad_norms: list[float] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)  # one reason per skipped optimizer step
-    advantages: torch.Tensor | None = None  # [N], as used by the loss (the F5 check reads them)
-    rollout: RolloutBatch | None = None  # the generation batch this step trained on
-
-
 def _default_reference(policy: nn.Module):
     """The frozen reference: a LoRA policy's own base (adapters off, no copy), else a deep copy
     (in the policy's dtype)."""
     return AdapterDisabledReference(policy) if is_peft_model(policy) else copy.deepcopy(policy)
-
-
-class _CloseRolloutOnException(L.Callback):
-    """Lightning tells only callbacks about exceptions: drain the generator's queued work and
-    release an engine it built (a launched vLLM server) then."""
-
-    def __init__(self, rollout: RolloutGenerator):
-        self.rollout = rollout
-
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        self.rollout.shutdown()
-
-
-def adamw_can_fuse(params: list[torch.Tensor]) -> bool:
-    """torch's fused AdamW (one kernel per parameter group: no per-parameter temporaries, a
-    faster step; TRL's default) for plain floating-point tensors on CPU or CUDA. FSDP2's
-    sharded parameters (DTensors) keep the default implementation."""
-    return bool(params) and all(
-        type(p) is torch.nn.Parameter and p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params
-    )
 
 
 class GRPOModule(L.LightningModule):
@@ -219,7 +153,21 @@ class GRPOModule(L.LightningModule):
             result.passes.append(stats)
             self._guarded_step(stats, result)
         self.last_step = result
-        self._log_step(rollout, result)
+        lr = self.optimizers().param_groups[0]["lr"]
+        result.metrics = step_metrics(rollout, result, self.counters, lr, self.global_step, self.reference is not None)
+        self.last_metrics = result.metrics  # to the loggers after the weight sync (on_train_batch_end)
+        log_callback_metrics(self, result.metrics, rollout.num_sequences)
+
+    def step_context(self) -> StepContext:
+        """The settings the last step ran under, for the health monitor (it reads no other module state)."""
+        sampling = self.rollout.sampling if self.rollout is not None else None
+        return StepContext(
+            algorithm=self.cfg,
+            lr=float(self.optimizers().param_groups[0]["lr"]),
+            filtered_sampling=sampling is not None and (sampling.top_p < 1.0 or sampling.top_k > 0),
+            correctness_reward=self.evaluator.correctness_reward if self.evaluator is not None else None,
+            reward_weights={r.name: r.weight for r in self.rollout.scorer.rewards} if self.rollout is not None else {},
+        )
 
     def generate_rollout(self, batch) -> RolloutBatch:
         """The generation batch of this step: ``batch`` itself if it is one, else generated from its prompts."""
@@ -240,9 +188,9 @@ class GRPOModule(L.LightningModule):
         """Everything computed once per generation batch, before the first backward."""
         # The micro-batch slices (trimmed of padding) serve the frozen passes and every
         # optimization pass alike: computed once.
-        batches = list(self._micro_batches(rollout))
+        batches = list(micro_batches(rollout, self.cfg.micro_batch(rollout.num_sequences)))  # resolves auto
         in_loss = sequences_in_loss(rollout, self.cfg)
-        mask = rollout.completion_mask.float() * (in_loss[:, None] if in_loss is not None else 1.0)
+        mask = rollout.trained_mask.float() * (in_loss[:, None] if in_loss is not None else 1.0)
         return PreparedBatch(
             micro_batches=batches,
             advantages=compute_advantages(rollout.rewards, rollout.group_size, self.cfg),
@@ -265,18 +213,9 @@ class GRPOModule(L.LightningModule):
         the device and are read once per pass (no host sync per micro-batch). ``record_old``
         keeps the pass's policy log-probs (detached) as ``stats.old_logprobs``.
         """
-        stats = PassStats()
-        if record_old:
-            shape = rollout.completion_ids.shape
-            old = TokenLogProbs(
-                logp=torch.zeros(shape, device=self.device),
-                entropy=None,
-                finite=torch.ones(shape, dtype=torch.bool, device=self.device),
-            )
+        recorder = PassRecorder(rollout.completion_ids.shape, self.device, record_old)
         scale = self._world_size()  # DDP averages gradients over ranks; we want their sum
         batches = prepared.micro_batches
-        stats.seq_logp = torch.full((rollout.num_sequences,), torch.nan, device=self.device)
-        sums: list[torch.Tensor] = []  # per micro-batch, on the device
         for index, mb in enumerate(batches):
             logprobs = self.completion_log_probs(
                 self.policy,
@@ -289,56 +228,10 @@ class GRPOModule(L.LightningModule):
                 packed=lambda: mb.packed,
             )
             terms = micro_batch_loss(logprobs, mb, prepared, self.cfg)
-            if record_old:
-                old.logp[mb.rows, : mb.num_cols] = logprobs.logp.detach()
-                old.finite[mb.rows, : mb.num_cols] = logprobs.finite
             with self._no_sync(index == len(batches) - 1):
                 self._backward(terms.loss * scale)
-            stats.seq_logp[mb.rows] = terms.seq_logp
-            if index == 0:  # one host read per pass
-                stats.aggregation = {
-                    term: AggregationRecord(rec.mode, float(rec.normalizer)) for term, rec in terms.aggregation.items()
-                }
-            if terms.importance is not None:
-                self._record_importance(terms, stats)
-            finite_loss = torch.isfinite(terms.loss.detach())
-            counted = {
-                "loss": terms.loss,
-                "policy_loss": terms.policy,
-                "kl_loss": terms.kl,
-                "kl_sum": terms.kl_sum,
-                "kept_tokens": terms.token_mask.sum(),
-                "entropy_sum": terms.entropy_sum,
-                "clip_low_sum": terms.clip_low_sum,
-                "clip_high_sum": terms.clip_high_sum,
-            }
-            # A non-finite micro-batch adds nothing to the sums (the step is skipped anyway).
-            sums.append(
-                torch.stack(
-                    [
-                        *(torch.where(finite_loss, counted[name].detach().float(), 0.0) for name in _PASS_SUMS),
-                        (~terms.kept).sum().float(),
-                        (~finite_loss).float(),
-                    ]
-                )
-            )
-        if sums:
-            *totals, dropped, nonfinite = torch.stack(sums).sum(dim=0).tolist()
-            for name, total in zip(_PASS_SUMS, totals):
-                setattr(stats, name, total)
-            stats.dropped_seqs, stats.finite_loss = int(dropped), nonfinite == 0
-        if record_old:
-            stats.old_logprobs = old
-        return stats
-
-    @staticmethod
-    def _record_importance(terms, stats: PassStats) -> None:
-        """Engine vs trainer log-probs of the sampled tokens (rollout/logp_diff_mean, is_*)."""
-        iw = terms.importance
-        stats.engine_tokens += float(terms.token_mask.sum())
-        stats.logp_diff_sum += iw.abs_diff_sum
-        stats.is_ratio_max = max(stats.is_ratio_max, iw.ratio_max)
-        stats.is_truncated += iw.truncated
+            recorder.add(mb, logprobs, terms)
+        return recorder.finish()
 
     def _guarded_step(self, stats: PassStats, result: StepResult) -> None:
         """Step only with a finite loss and gradient; otherwise leave weights and optimizer untouched."""
@@ -397,51 +290,13 @@ class GRPOModule(L.LightningModule):
             packed=packed,
         )
 
-    def _micro_batches(self, rollout: RolloutBatch):
-        """Row slices of ``micro_batch_size``, each trimmed of all-padding columns."""
-        ids = torch.cat([rollout.prompt_ids, rollout.completion_ids], dim=1)
-        attn = torch.cat([rollout.prompt_mask, rollout.completion_mask], dim=1)
-        width = rollout.prompt_ids.shape[1]
-        size = self.cfg.micro_batch(rollout.num_sequences)  # resolves micro_batch_size=auto
-        for start in range(0, rollout.num_sequences, size):
-            rows = slice(start, start + size)
-            prompt_used = rollout.prompt_mask[rows].any(dim=0).nonzero()
-            first = int(prompt_used[0]) if len(prompt_used) else width
-            completion_used = rollout.completion_mask[rows].any(dim=0).nonzero()
-            num_cols = int(completion_used[-1]) + 1 if len(completion_used) else 1
-            engine = rollout.engine_logprobs
-            yield MicroBatch(
-                rows=rows,
-                input_ids=ids[rows, first : width + num_cols],
-                attention_mask=attn[rows, first : width + num_cols],
-                prompt_width=width - first,
-                completion_mask=rollout.completion_mask[rows, :num_cols].bool(),
-                engine_logprobs=engine[rows, :num_cols] if engine is not None else None,
-            )
+    def _frozen_log_probs(self, model: nn.Module, rollout: RolloutBatch, batches: list[MicroBatch]) -> TokenLogProbs:
+        return frozen_log_probs(self.completion_log_probs, model, rollout, batches)
 
     def _reference_log_probs(self, rollout: RolloutBatch, batches: list[MicroBatch]) -> TokenLogProbs:
         """The reference's log-probs: its own model, or a LoRA policy with the adapters switched off."""
         with reference_model(self.reference) as model:
             return self._frozen_log_probs(model, rollout, batches)
-
-    @torch.no_grad()
-    def _frozen_log_probs(self, model: nn.Module, rollout: RolloutBatch, batches: list[MicroBatch]) -> TokenLogProbs:
-        """Log-probs of the whole batch without gradient (reference or old policy)."""
-        shape = rollout.completion_ids.shape
-        logp = torch.zeros(shape, device=self.device)
-        finite = torch.ones(shape, dtype=torch.bool, device=self.device)
-        for mb in batches:
-            out = self.completion_log_probs(
-                model,
-                mb.input_ids,
-                mb.attention_mask,
-                mb.prompt_width,
-                rollout.temperature,
-                packed=lambda: mb.packed,
-            )
-            logp[mb.rows, : mb.num_cols] = out.logp
-            finite[mb.rows, : mb.num_cols] = out.finite
-        return TokenLogProbs(logp=logp, entropy=None, finite=finite)
 
     def _choose_checkpointing(self, prepared: PreparedBatch) -> None:
         """model.gradient_checkpointing=auto: on when the largest micro-batch's activations would not
@@ -495,37 +350,20 @@ class GRPOModule(L.LightningModule):
             self.rollout.setup(self.policy)
 
     def configure_callbacks(self) -> list[L.Callback]:
-        return [_CloseRolloutOnException(self.rollout)] if self.rollout is not None else []
+        return [CloseRolloutOnException(self.rollout)] if self.rollout is not None else []
 
     def on_train_start(self) -> None:
         # An engine started from another snapshot (or shared between runs) begins from this policy.
         if self.rollout is not None:
-            self.rollout.sync_weights(self, self.global_step, force=True)
+            push_weights(self, self.global_step, force=True)
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         """The last hop: after the monitor (callbacks run first), push the new weights to the
         engine; then the step's metrics, the sync's included, go to the loggers."""
         if self.rollout is not None:
             probe = self.last_step.rollout if self.last_step is not None else None
-            self.last_metrics.update(self.rollout.sync_weights(self, self.global_step, probe) or {})
-        self._write_step_metrics()
-
-    def _write_step_metrics(self) -> None:
-        """``last_metrics`` to every logger, every ``trainer.log_every_n_steps`` generation batches
-        and at the last one, one call each (the health monitor writes its own the same way).
-
-        Straight to the loggers rather than through ``self.log``: Lightning's ``self.log`` costs
-        about 0.2 ms per key and call (it moves each metric's whole state object to the device),
-        5 ms a step for this module's 25 keys, a tenth of a step of the tiny policy."""
-        if self._trainer is None or not self.last_metrics or not self.trainer.loggers:
-            return
-        batches = self.trainer.fit_loop.total_batch_idx + 1
-        last = self.trainer.max_steps > 0 and self.global_step >= self.trainer.max_steps
-        if batches % max(self.trainer.log_every_n_steps, 1) and not (last or self.trainer.should_stop):
-            return
-        for logger in self.trainer.loggers:
-            logger.log_metrics(self.last_metrics, step=self.global_step)
-            logger.save()
+            self.last_metrics.update(push_weights(self, self.global_step, probe))
+        write_metrics(self._trainer, self.last_metrics, self.global_step)
 
     def on_train_end(self) -> None:
         if self.rollout is not None:
@@ -542,64 +380,10 @@ class GRPOModule(L.LightningModule):
         metrics = self.evaluator.evaluate(batch, step=self.global_step, rank=self.global_rank)
         self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=len(batch), sync_dist=True)
 
-    # ----------------------------------------------------------------------- logging
-    def _log_step(self, rollout: RolloutBatch, result: StepResult) -> None:
-        last = result.passes[-1]
-        lengths = rollout.completion_mask.sum(dim=1).float()
-        metrics = {
-            **rollout.timing,
-            "train/loss": last.loss,
-            "train/grad_norm": result.grad_norms[-1],
-            "train/lr": self.optimizers().param_groups[0]["lr"],
-            "reward/mean": float(rollout.rewards.mean()),
-            "reward/std": float(rollout.rewards.std()) if rollout.num_sequences > 1 else 0.0,
-            "reward/frac_zero_std": float(tied_groups(rollout.rewards, rollout.group_size).float().mean()),
-            "policy/entropy": last.token_mean("entropy_sum"),
-            "policy/clip_frac_low": last.token_mean("clip_low_sum"),
-            "policy/clip_frac_high": last.token_mean("clip_high_sum"),
-            "completions/mean_length": float(lengths.mean()),
-            "health/nonfinite_seqs": float(sum(p.dropped_seqs for p in result.passes)),
-            "health/nonfinite_seqs_total": float(self.counters.nonfinite_seqs),
-            "health/skipped_steps_total": float(self.counters.skipped_steps),
-        }
-        if last.engine_tokens > 0:
-            metrics["rollout/logp_diff_mean"] = last.logp_diff_sum / last.engine_tokens
-            metrics["rollout/is_ratio_max"] = last.is_ratio_max
-            metrics["rollout/is_truncated_frac"] = last.is_truncated / last.engine_tokens
-        if rollout.weight_version is not None:
-            # Optimizer steps between the weights that sampled the batch and those it trains.
-            metrics["rollout/weight_version_lag"] = float(self.global_step - rollout.weight_version)
-        if rollout.finished is not None:
-            metrics["completions/clipped_frac"] = float((~rollout.finished).float().mean())
-        if self.reference is not None:
-            metrics["kl/mean"] = last.token_mean("kl_sum")
-        for name, values in rollout.reward_components.items():
-            metrics[f"reward/{name}/mean"] = float(values.nanmean())  # NaN: the function skipped the sample
-        self.last_metrics = metrics  # to the loggers after the weight sync (on_train_batch_end)
-        for key in CALLBACK_METRICS:
-            if key in metrics:
-                self.log(
-                    key,
-                    metrics[key],
-                    prog_bar=key in _PROGRESS_BAR_METRICS,
-                    logger=False,
-                    on_step=True,
-                    on_epoch=False,
-                    batch_size=rollout.num_sequences,
-                )
-
     # ----------------------------------------------------------------------- optimizer
     def configure_optimizers(self):
-        trained = [p for p in self.policy.parameters() if p.requires_grad]  # every weight, or the LoRA adapters
-        optimizer = torch.optim.AdamW(
-            trained, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay, fused=adamw_can_fuse(trained) or None
-        )
-        warmup, schedule = max(self.cfg.warmup_steps, 0), self.cfg.lr_schedule
         total = self.trainer.max_steps if self._trainer is not None and self.trainer.max_steps > 0 else 0
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, functools.partial(lr_factor, schedule=schedule, warmup=warmup, total=total)
-        )
-        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+        return build_optimizer(self.policy, self.cfg, total)
 
     # ----------------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:

@@ -11,12 +11,12 @@ from grpo_lightning.config import TrainConfig
 from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.models import build_char_tokenizer
 from grpo_lightning.rewards import RewardScorer
-from grpo_lightning.rollout import Completion, RolloutGenerator, SamplingSettings
+from grpo_lightning.rollout import Completion, EngineBase, RolloutGenerator, SamplingSettings
 
 RECORDS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (2, 2), (5, 0)]]
 
 
-class ScriptedEngine:
+class ScriptedEngine(EngineBase):
     """Answers a prompt right or wrong by a rule on (prompt, call, sample index within the prompt)."""
 
     def __init__(self, tokenizer, rule):

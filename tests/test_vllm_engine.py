@@ -12,6 +12,7 @@ from grpo_lightning.module import GRPOModule
 from grpo_lightning.rollout import GenerationRequest, SamplingSettings, WeightSync, WeightSyncError
 from grpo_lightning.rollout.seeding import group_seeds
 from grpo_lightning.rollout.side_effects import ProcessState
+from grpo_lightning.weight_push import policy_weights, probe_scores
 
 PROMPTS = ["1+2=", "9+9=", "3+4=", "0+7="]
 
@@ -125,8 +126,10 @@ def test_verify_sync_fails_loudly_when_engine_and_policy_differ(vllm_session):
     module = GRPOModule(perturbed_policy(tok), AlgorithmConfig(beta=0.0))
     engine.load_weights(build_tiny_policy(tok).state_dict().items())  # the engine holds other weights
     with pytest.raises(WeightSyncError, match="differ from the policy"):
-        sync.check(module, engine, tokenizer=tok)
-    metrics = sync.sync(module, engine, step=1, tokenizer=tok)  # pushes and verifies
+        sync.check(engine, probe_scores(module, tokenizer=tok))
+    metrics = sync.sync(
+        policy_weights(module.policy, 1), engine, probe_scores(module, tokenizer=tok)
+    )  # pushes and verifies
     assert metrics["rollout/sync_seconds"] > 0 and sync.last_probe_diff <= 1e-4
 
 

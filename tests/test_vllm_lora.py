@@ -10,6 +10,7 @@ from vllm_helpers import small_config
 from grpo_lightning.build import build_run
 from grpo_lightning.models.lora import merged_state_dict
 from grpo_lightning.rollout.weight_sync import WeightSync, WeightSyncError
+from grpo_lightning.weight_push import probe_scores
 
 
 def test_lora_training_syncs_merged_weights_that_verify(vllm_session):
@@ -30,8 +31,13 @@ def test_lora_training_syncs_merged_weights_that_verify(vllm_session):
     base = policy.get_base_model().state_dict().items()
     vllm_session.engine.load_weights((n.replace(".base_layer.", "."), t) for n, t in base if ".lora_" not in n)
     with pytest.raises(WeightSyncError):
-        WeightSync(verify=True, tolerance=1e-4).check(run.module, vllm_session.engine, tokenizer=run.tokenizer)
+        WeightSync(verify=True, tolerance=1e-4).check(
+            vllm_session.engine, probe_scores(run.module, tokenizer=run.tokenizer)
+        )
     vllm_session.engine.load_weights(merged_state_dict(policy).items())
     assert (
-        WeightSync(verify=True, tolerance=1e-4).check(run.module, vllm_session.engine, tokenizer=run.tokenizer) <= 1e-4
+        WeightSync(verify=True, tolerance=1e-4).check(
+            vllm_session.engine, probe_scores(run.module, tokenizer=run.tokenizer)
+        )
+        <= 1e-4
     )

@@ -19,6 +19,7 @@ from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rollout import GenerationRequest, SamplingSettings, WeightSync, WeightSyncError, group_seeds
 from grpo_lightning.rollout.vllm_server import VLLMServerError
+from grpo_lightning.weight_push import policy_weights, probe_scores
 
 
 def perturbed_policy(tokenizer, seed: int = 7):
@@ -59,8 +60,8 @@ def test_weight_sync_sets_the_version_and_passes_the_probe(vllm_server):
     vllm_server.load_weights(build_tiny_policy(tok).state_dict().items(), version=1)
     sync = WeightSync(verify=True, tolerance=1e-4)
     with pytest.raises(WeightSyncError, match="differ from the policy"):
-        sync.check(module, vllm_server, tokenizer=tok)
-    metrics = sync.sync(module, vllm_server, step=5, tokenizer=tok)
+        sync.check(vllm_server, probe_scores(module, tokenizer=tok))
+    metrics = sync.sync(policy_weights(module.policy, 5), vllm_server, probe_scores(module, tokenizer=tok))
     assert metrics["rollout/sync_probe_diff"] <= 1e-4
     assert vllm_server.weight_version == 5
     assert vllm_server.client.call("GET", "/weight_info", "test")["weight_version"] == "5"

@@ -11,19 +11,12 @@ drop the sequence from the loss and count it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from grpo_lightning.algorithm.fused_head import fused_head_log_probs
-
-
-class TokenLogProbs(NamedTuple):
-    logp: torch.Tensor  # [B, T] float32, 0 where not finite
-    entropy: torch.Tensor | None  # [B, T] float32 or None
-    finite: torch.Tensor  # [B, T] bool: the logits row and the log-prob were finite
+from grpo_lightning.step import TokenLogProbs
 
 
 def _chunk_log_probs(

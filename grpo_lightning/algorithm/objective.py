@@ -24,9 +24,9 @@ import torch
 from grpo_lightning.algorithm.aggregation import aggregate
 from grpo_lightning.algorithm.importance import ImportanceWeights, truncated_importance_weights
 from grpo_lightning.algorithm.kl import kl_estimate
-from grpo_lightning.algorithm.logprobs import TokenLogProbs
 from grpo_lightning.algorithm.packing import PackedMicroBatch, pack_micro_batch
 from grpo_lightning.algorithm.policy_loss import POLICY_LOSSES, PolicyLossInputs
+from grpo_lightning.step import AggregationRecord, TokenLogProbs
 
 
 @dataclass(frozen=True)
@@ -75,14 +75,6 @@ def sequences_in_loss(rollout: Any, cfg: Any) -> torch.Tensor | None:
     if not getattr(cfg, "mask_truncated", False) or rollout.finished is None:
         return None
     return rollout.finished.to(rollout.completion_mask.device).bool()
-
-
-@dataclass(frozen=True)
-class AggregationRecord:
-    """How one loss term was reduced to a scalar: the mode and the normalizer it divided by."""
-
-    mode: str
-    normalizer: float | torch.Tensor
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from grpo_lightning.varlen import VarLen
+
 
 @dataclass(frozen=True)
 class PackedMicroBatch:
@@ -64,34 +66,41 @@ def pack_micro_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, prom
     first completion token).
     """
     mask = attention_mask.bool()
-    lengths = mask.sum(dim=1)
     if bool((mask[:, :prompt_width].sum(dim=1) == 0).any()):
         raise ValueError("pack_micro_batch: a sequence has no prompt token to predict its first completion token from")
+    return pack_layout(VarLen.from_padded(input_ids, mask), mask[:, prompt_width:])
+
+
+def pack_layout(tokens: VarLen, completion_valid: torch.Tensor) -> PackedMicroBatch:
+    """Pack variable-length sequences (``tokens``: prompt then completion, no padding) into rows
+    as long as the longest one. ``completion_valid`` [b, C] marks the columns of the padded
+    completion layout that hold each sequence's completion tokens, its last ones in order."""
+    lengths = tokens.lengths
+    completion_lengths = completion_valid.sum(dim=1)
+    if bool((lengths - completion_lengths < 1).any()):
+        raise ValueError("pack_layout: a sequence has no prompt token to predict its first completion token from")
     capacity = int(lengths.max())
     placement = first_fit_decreasing(lengths.tolist(), capacity)
     num_rows = max(row for row, _ in placement) + 1
-    device = input_ids.device
+    device = tokens.values.device
 
-    # Destination (flat packed index) of every real token, in the row-major order of mask.nonzero().
+    # Destination (flat packed index) of every token, in the order of the layout.
     starts = torch.tensor([row * capacity + offset for row, offset in placement], device=device)
-    within = (mask.long().cumsum(dim=1) - 1)[mask]  # position of each real token in its sequence
-    seq_of_token = mask.nonzero()[:, 0]
+    within = tokens.positions()  # position of each token in its sequence
+    seq_of_token = tokens.sequence_index()
     dest = starts[seq_of_token] + within
 
-    packed_ids = torch.zeros(num_rows * capacity, dtype=input_ids.dtype, device=device)
+    packed_ids = torch.zeros(num_rows * capacity, dtype=tokens.values.dtype, device=device)
     packed_pos = torch.zeros(num_rows * capacity, dtype=torch.long, device=device)
-    packed_ids[dest] = input_ids[mask]
+    packed_ids[dest] = tokens.values
     packed_pos[dest] = within
 
-    dest_full = torch.full(mask.shape, -1, dtype=torch.long, device=device)
-    dest_full[mask] = dest
-    completion_dest = dest_full[:, prompt_width:]
-    completion_valid = completion_dest >= 0
+    is_completion = within >= (lengths - completion_lengths)[seq_of_token]
     return PackedMicroBatch(
         input_ids=packed_ids.view(num_rows, capacity),
         position_ids=packed_pos.view(num_rows, capacity),
-        source=completion_dest[completion_valid] - 1,
-        targets=input_ids[:, prompt_width:][completion_valid],
+        source=dest[is_completion] - 1,
+        targets=tokens.values[is_completion],
         completion_valid=completion_valid,
         num_real_tokens=int(lengths.sum()),
     )

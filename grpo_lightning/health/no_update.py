@@ -77,8 +77,8 @@ class NoUpdateCheck(HealthCheck):
         self.snapshot = ParameterSnapshot(cfg.tracked_per_tensor)
         self._effective_steps = 0  # earlier steps taken with a non-zero gradient
 
-    def before_step(self, pl_module) -> None:
-        self.snapshot.take(pl_module)
+    def before_step(self, policy: torch.nn.Module) -> None:
+        self.snapshot.take(policy)
 
     def measure(self, view: StepView) -> dict[str, float]:
         result = view.result

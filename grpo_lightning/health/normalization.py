@@ -54,7 +54,7 @@ class NormalizationCheck(HealthCheck):
             and first.finite_loss
             and first.dropped_seqs == 0
             and "policy" in declared
-            and getattr(view.algorithm, "is_level", "none") == "none"
+            and view.algorithm.is_level == "none"
             and POLICY_LOSSES[view.algorithm.policy_loss].ratio_one_identity
         )
         stats = {"terms": float(len(declared)), "mismatched": float(mismatched), "checkable": float(checkable)}
@@ -66,7 +66,7 @@ class NormalizationCheck(HealthCheck):
                 advantages = compute_advantages(r.rewards, r.group_size, view.algorithm)
             neg_adv = -advantages.detach().cpu().numpy().astype(np.float64)
             lengths = view.completion_mask.sum(axis=1)
-            if getattr(view.algorithm, "mask_truncated", False) and r.finished is not None:
+            if view.algorithm.mask_truncated and r.finished is not None:
                 lengths = lengths * r.finished.cpu().numpy()  # cut completions are out of the loss
             weight = (lengths > 0) if mode == "seq_mean_token_mean" else lengths
             stats["numerator"] = float((neg_adv * weight).sum())

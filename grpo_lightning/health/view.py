@@ -8,46 +8,41 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from grpo_lightning.health.fingerprints import TextHashes, completion_hashes, token_hashes
-
-if TYPE_CHECKING:
-    from grpo_lightning.config import AlgorithmConfig
-    from grpo_lightning.module import StepResult
-    from grpo_lightning.rollout import RolloutBatch
+from grpo_lightning.step import RolloutBatch, StepContext, StepResult
 
 
 class StepView:
+    """The step's records (:class:`StepResult`, its :class:`RolloutBatch`, the :class:`StepContext`)
+    and the ranks, as the checks read them."""
+
     def __init__(
         self,
         step: int,
         rollout: RolloutBatch,
         result: StepResult,
-        algorithm: AlgorithmConfig,
-        lr: float,
+        context: StepContext,
         rank: int = 0,
         world_size: int = 1,
         all_gather: Callable[[np.ndarray], np.ndarray] | None = None,
-        filtered_sampling: bool = False,
         text_hashes: TextHashes | None = None,
-        correctness_reward: str | None = None,
-        reward_weights: dict[str, float] | None = None,
     ):
         self.step = step
         self.rollout = rollout
         self.result = result
-        self.algorithm = algorithm
-        self.lr = lr
+        self.context = context
+        self.algorithm = context.algorithm
+        self.lr = context.lr
         self.rank = rank
         self.world_size = world_size
         self.all_gather = all_gather  # [N, ...] local -> [world, N, ...]; None on one rank
-        self.filtered_sampling = filtered_sampling  # top_p < 1 or top_k > 0
+        self.filtered_sampling = context.filtered_sampling  # top_p < 1 or top_k > 0
         self.text_hashes = text_hashes or TextHashes()
-        self.correctness_reward = correctness_reward  # task.correctness_reward: its score 1 means correct
-        self.reward_weights = reward_weights or {}  # task.rewards: reward function -> weight
+        self.correctness_reward = context.correctness_reward  # task.correctness_reward: its score 1 means correct
+        self.reward_weights = context.reward_weights  # task.rewards: reward function -> weight
 
     @cached_property
     def clipped_frac(self) -> float | None:

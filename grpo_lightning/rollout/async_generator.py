@@ -49,10 +49,10 @@ class AsyncRolloutGenerator(RolloutGenerator):
 
     def setup(self, policy: nn.Module) -> None:
         super().setup(policy)
-        if not hasattr(self.engine, "generate_async"):
+        if not self.engine.supports_async:
             raise TypeError(
-                f"rollout.mode=async needs an engine with generate_async (VLLMEngine); "
-                f"{type(self.engine).__name__} has none"
+                f"rollout.mode=async needs an engine that generates in the background (VLLMEngine); "
+                f"{type(self.engine).__name__} does not"
             )
 
     def submit(self, records: list[dict], step: int, rank: int, now: int) -> None:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+import torch
+
 from grpo_lightning.errors import ServerError
+from grpo_lightning.step import Completion
 
 
 @dataclass(frozen=True)
@@ -26,24 +31,70 @@ class GenerationRequest:
     seed: int
 
 
-@dataclass
-class Completion:
-    """A sampled completion; ``logprobs`` are the engine's own, if it reports them."""
-
-    token_ids: list[int]
-    finished: bool  # ended with EOS (False: cut at max_new_tokens)
-    logprobs: list[float] | None = None
-    # The weight version (the optimizer step of the last sync) that sampled it, for engines
-    # with weights of their own; None for engines that sample from the policy itself.
-    weight_version: int | None = None
-
-
 class EngineError(ServerError):
     """An engine failed (a server refused, timed out or died); the message says where and why."""
 
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """Samples one completion per request, each from the stream its seed names."""
+    """Samples one completion per request, each from the stream its seed names.
 
-    def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]: ...
+    Every method a caller uses is declared here, so callers never probe an engine:
+    ``owns_weights`` says whether the engine keeps a copy of the weights of its own (then the
+    trainer pushes every update through ``load_weights`` and may verify it with
+    ``sequence_logprobs``), ``supports_async`` whether ``generate_async`` runs in the
+    background. :class:`EngineBase` gives the defaults of an engine that samples from the
+    policy itself.
+    """
+
+    owns_weights: bool
+    supports_async: bool
+
+    def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
+        """One completion per request: token ids, and (where known) log-probs and weight version per token."""
+        ...
+
+    def generate_async(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> Future:
+        """``generate`` as a future of its completions."""
+        ...
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> float:
+        """Replace the engine's weights (an engine that ``owns_weights``); returns the seconds it took."""
+        ...
+
+    def sequence_logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+        """The engine's log-prob of each completion token after the prompt (temperature 1)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the engine holds (processes, memory); idempotent."""
+        ...
+
+
+class EngineBase:
+    """Defaults for the optional capabilities: no weights of its own, no background generation.
+
+    Subclass it and write ``generate``; an engine with weights of its own sets
+    ``owns_weights = True`` and overrides ``load_weights`` and ``sequence_logprobs``.
+    """
+
+    owns_weights = False
+    supports_async = False
+
+    def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
+        raise NotImplementedError
+
+    def generate_async(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> Future:
+        """Runs ``generate`` now; the future is done when it returns."""
+        future: Future = Future()
+        future.set_result(self.generate(requests, sampling))
+        return future
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> float:
+        raise EngineError(f"{type(self).__name__} samples from the policy itself: it has no weights to load")
+
+    def sequence_logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+        raise EngineError(f"{type(self).__name__} does not score sequences (it has no weights of its own)")
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -25,7 +25,8 @@ from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
 from grpo_lightning.rollout.engine import Completion, EngineError, GenerationRequest, RolloutEngine, SamplingSettings
 from grpo_lightning.rollout.seeding import group_seeds
-from grpo_lightning.rollout.weight_sync import WeightSync
+from grpo_lightning.rollout.weight_sync import ProbeScores, WeightSync
+from grpo_lightning.step import PolicyWeights
 
 EngineFactory = Callable[[nn.Module], RolloutEngine]
 
@@ -44,7 +45,7 @@ class RolloutGenerator:
 
     ``engine`` is an engine, or a factory ``policy -> engine`` called once by :meth:`setup`
     (the module's ``setup``), so an engine can be built around the policy the module trains.
-    ``weight_sync`` keeps an engine with weights of its own (one with ``load_weights``) equal
+    ``weight_sync`` keeps an engine with weights of its own (``owns_weights``) equal
     to the policy; such an engine gets a default :class:`WeightSync` if none is given, so it
     can never sample from stale weights by omission.
     """
@@ -64,6 +65,11 @@ class RolloutGenerator:
             raise ValueError(f"num_generations={num_generations} must be >= 2 (GRPO compares within a group)")
         self._engine_or_factory = engine
         self.engine: RolloutEngine | None = engine if isinstance(engine, RolloutEngine) else None
+        if self.engine is None and not callable(engine):
+            raise TypeError(
+                f"{type(engine).__name__} is neither a RolloutEngine (declare every method of the protocol, "
+                f"e.g. by subclassing grpo_lightning.rollout.EngineBase) nor a factory policy -> engine"
+            )
         self.tokenizer = tokenizer
         self.scorer = scorer
         self.num_generations = num_generations
@@ -87,7 +93,7 @@ class RolloutGenerator:
     @property
     def weight_sync(self) -> WeightSync | None:
         """The sync of an engine with its own weights; None for engines that use the policy itself."""
-        if self.engine is None or not hasattr(self.engine, "load_weights"):
+        if self.engine is None or not self.engine.owns_weights:
             return None
         if self._weight_sync is None:
             self._weight_sync = WeightSync()
@@ -186,19 +192,17 @@ class RolloutGenerator:
             completions=texts,
             timing=timing,
             weight_version=min(versions) if versions else None,
+            **RolloutBatch.pad_token_fields(completions),
         )
 
     # ----------------------------------------------------------------------- weights
     def sync_weights(
-        self, module, step: int, probe: RolloutBatch | None = None, force: bool = False
+        self, weights: PolicyWeights, expected: ProbeScores | None = None, rank: int = 0
     ) -> dict[str, float]:
-        """Push the policy's weights into an engine that has its own (due every ``sync_every``
-        steps, or now with ``force``); returns the metrics to log (empty when nothing ran)."""
-        sync = self.weight_sync
-        if sync is None or not (force or sync.due(step)):
-            return {}
-        with engine_context(step, getattr(module, "global_rank", 0), "weight sync"):
-            return sync.sync(module, self.engine, step, probe, self.tokenizer)
+        """Push ``weights`` into an engine that has its own (see :func:`grpo_lightning.weight_push.push_weights`,
+        which decides when); returns the metrics to log."""
+        with engine_context(weights.version, rank, "weight sync"):
+            return self.weight_sync.sync(weights, self.engine, expected)
 
     def close(self) -> None:
         """End of training or an exception: nothing in flight in synchronous generation."""
@@ -207,6 +211,6 @@ class RolloutGenerator:
         """Release an engine this generator built (a launched vLLM server stops); an engine
         handed in stays up. The CLI calls it when a run ends; an exception in fit calls it too."""
         self.close()
-        if self._owns_engine and hasattr(self.engine, "close"):
+        if self._owns_engine and self.engine is not None:
             self.engine.close()
             self.engine, self._owns_engine = None, False

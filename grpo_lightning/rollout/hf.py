@@ -24,7 +24,7 @@ from grpo_lightning.config import HF_DECODERS
 from grpo_lightning.models.compile import eager_generation
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.sharding import is_sharded
-from grpo_lightning.rollout.engine import Completion, GenerationRequest, SamplingSettings
+from grpo_lightning.rollout.engine import Completion, EngineBase, GenerationRequest, SamplingSettings
 from grpo_lightning.rollout.fused_decode import FUSED_CHECK_ATOL, FusedDecoder, FusedWeights, fused_decode_support
 from grpo_lightning.rollout.sampler import SeededSampler
 
@@ -117,8 +117,9 @@ class _CheckedDecoder:
         return False
 
 
-class HFEngine:
-    """Generates with the policy itself (colocated: no weight sync is ever needed)."""
+class HFEngine(EngineBase):
+    """Generates with the policy itself (colocated: no weight sync is ever needed, so
+    ``owns_weights`` is False and every completion's weight version is None: the live policy)."""
 
     def __init__(
         self,

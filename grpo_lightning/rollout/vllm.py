@@ -63,6 +63,9 @@ def _is_cpu_platform() -> bool:
 class VLLMEngine:
     """A vLLM ``LLM`` serving the policy's current weights; see the module docstring."""
 
+    owns_weights = True  # the trainer pushes every update (load_weights)
+    supports_async = True  # generate_async runs on the engine's own thread
+
     def __init__(self, model_dir: str | Path, settings: VLLMSettings = VLLMSettings(), eos_token_id: int | None = None):
         self.settings = settings
         self.model_dir = str(model_dir)

@@ -321,6 +321,9 @@ def _launch_shared(policy, tokenizer, settings: ServerSettings):
 class VLLMServerEngine:
     """A :class:`RolloutEngine` whose samples come from a vLLM server (see the module docstring)."""
 
+    owns_weights = True  # the trainer pushes every update (load_weights)
+    supports_async = True  # requests run on a thread pool
+
     def __init__(
         self,
         settings: ServerSettings,

@@ -1,27 +1,38 @@
 """``WeightSync``: keep the generation engine's weights equal to the policy's.
 
 An engine with its own copy of the weights (vLLM) samples from a stale policy unless the
-trainer pushes every update into it. The module asks its rollout generator to sync at the
-start of training (so an engine started from another snapshot, or shared between runs,
-begins from the policy the module trains) and after every optimizer step; every
-``sync_every`` steps the policy's ``state_dict`` goes into the engine (in memory in process,
-through a safetensors folder out of process; see :meth:`VLLMEngine.load_weights`). With
-``verify=True`` the engine must then score a probe sequence like the policy does, or
-:class:`WeightSyncError` stops the run: a sync that silently did nothing would train on
-samples from the initial model forever.
+trainer pushes every update into it. The module asks for a sync at the start of training (so
+an engine started from another snapshot, or shared between runs, begins from the policy the
+module trains) and after every optimizer step; every ``sync_every`` steps the policy's
+tensors go into the engine (in memory in process, through a safetensors folder out of
+process; see :meth:`VLLMEngine.load_weights`). The sync is handed what to push, a
+:class:`~grpo_lightning.step.PolicyWeights` (named tensors and their version), and never
+sees the module (:mod:`grpo_lightning.weight_push` gathers them). With ``verify=True`` the
+engine must then score a probe sequence as the policy did (:class:`ProbeScores`, scored by
+the trainer before the push), or :class:`WeightSyncError` stops the run: a sync that
+silently did nothing would train on samples from the initial model forever.
 """
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 
 import torch
 
-from grpo_lightning.models.lora import engine_weights
+from grpo_lightning.step import PolicyWeights
 
 
 class WeightSyncError(RuntimeError):
     """The engine's log-probs differ from the policy's after a weight sync."""
+
+
+@dataclass(frozen=True)
+class ProbeScores:
+    """A probe sequence and the policy's log-prob of each of its completion tokens (temperature 1)."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    policy_logprobs: torch.Tensor  # [len(completion_ids)] float32 on the CPU
 
 
 class WeightSync:
@@ -40,17 +51,18 @@ class WeightSync:
         """Whether ``sync_every`` optimizer steps have passed since the last sync."""
         return step - self.synced_at_step >= self.sync_every
 
-    def sync(self, module, engine, step: int, probe=None, tokenizer=None) -> dict[str, float]:
-        """Push ``module.policy``'s weights into ``engine`` now; returns ``rollout/sync_*`` metrics."""
-        # A LoRA policy's merged weights (computed out of place, timed with the push), else its state dict.
-        start = time.perf_counter()
-        weights = engine_weights(module.policy)
-        seconds = time.perf_counter() - start + engine.load_weights(weights, version=step)
-        self.synced_at_step, self.last_sync_seconds = step, seconds
+    def sync(self, weights: PolicyWeights, engine, expected: ProbeScores | None = None) -> dict[str, float]:
+        """Push ``weights`` into ``engine`` now; returns ``rollout/sync_*`` metrics. With ``verify``,
+        ``expected`` (the policy's scores of a probe) must be given, and the engine must match them."""
+        if self.verify and expected is None:
+            raise ValueError("WeightSync(verify=True).sync needs the policy's probe scores (expected=...)")
+        # The gathering (a LoRA policy's merge) and the engine's own time to load.
+        seconds = weights.seconds + engine.load_weights(weights.tensors, version=weights.version)
+        self.synced_at_step, self.last_sync_seconds = weights.version, seconds
         self.num_syncs += 1
         metrics = {"rollout/sync_seconds": seconds}
         if self.verify:
-            self.last_probe_diff = self.check(module, engine, probe, tokenizer)
+            self.last_probe_diff = self.check(engine, expected)
             metrics["rollout/sync_probe_diff"] = self.last_probe_diff
         return metrics
 
@@ -66,23 +78,10 @@ class WeightSync:
         ids = [3 + (7 * i) % max(vocab - 3, 1) for i in range(12)]
         return ids[:4], ids[4:]
 
-    @torch.no_grad()
-    def check(self, module, engine, probe=None, tokenizer=None) -> float:
+    def check(self, engine, expected: ProbeScores) -> float:
         """Max |engine - policy| log-prob over the probe (temperature 1); raises beyond tolerance."""
-        prompt, completion = self.probe_ids(probe, tokenizer)
-        engine_logp = torch.tensor(engine.sequence_logprobs(prompt, completion))
-        ids = torch.tensor([prompt + completion], device=module.device)
-        was_training = module.policy.training
-        module.policy.eval()
-        try:
-            policy_logp = (
-                module.completion_log_probs(module.policy, ids, torch.ones_like(ids), len(prompt), temperature=1.0)
-                .logp[0]
-                .float()
-                .cpu()
-            )
-        finally:
-            module.policy.train(was_training)
+        engine_logp = torch.tensor(engine.sequence_logprobs(expected.prompt_ids, expected.completion_ids))
+        policy_logp = expected.policy_logprobs
         diff = float((engine_logp - policy_logp).abs().max())
         if not diff <= self.tolerance:
             raise WeightSyncError(

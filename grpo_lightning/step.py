@@ -1,0 +1,287 @@
+"""The typed records of the one-way flow: prompts -> rollout -> step -> monitor -> sync.
+
+An engine returns :class:`Completion` records (token ids, log-probs and weight version per
+token); the rollout assembles them into a :class:`RolloutBatch`; the step turns that batch
+into a :class:`StepResult` (one :class:`PassStats` per pass over the batch), which the health
+monitor reads. The records carry what multi-turn episodes and off-policy corrections need:
+a loss mask separate from the attention mask (environment tokens are attended to but not
+trained on), the engine's log-prob and weight version of every token, episode and turn ids,
+and a variable-length view (:class:`~grpo_lightning.varlen.VarLen`) of the padded tensors.
+This module imports only torch and the stdlib: every layer above may use it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, NamedTuple
+
+import torch
+
+from grpo_lightning.varlen import VarLen
+
+
+@dataclass
+class Completion:
+    """A sampled completion as an engine returns it; ``logprobs`` are the engine's own, if it reports them.
+
+    A multi-turn episode is one completion whose ``token_ids`` interleave the model's turns
+    and the environment's messages: ``loss_mask`` is 0 on the environment's tokens, and
+    ``turn_ids`` says which turn each token belongs to. Per-token lists are as long as ``token_ids``.
+    """
+
+    token_ids: list[int]
+    finished: bool  # ended with EOS (False: cut at max_new_tokens)
+    logprobs: list[float] | None = None
+    # The weight version (the optimizer step of the last sync) that sampled it, for engines
+    # with weights of their own; None for engines that sample from the policy itself.
+    weight_version: int | None = None
+    token_weight_versions: list[int] | None = None  # per token, where the versions differ (partial rollouts)
+    loss_mask: list[int] | None = None  # per token; None: every token was sampled by the model
+    turn_ids: list[int] | None = None  # per token; None: a single turn
+
+    def __post_init__(self) -> None:
+        for name in ("logprobs", "token_weight_versions", "loss_mask", "turn_ids"):
+            values = getattr(self, name)
+            if values is not None and len(values) != len(self.token_ids):
+                raise ValueError(f"Completion.{name} has {len(values)} entries for {len(self.token_ids)} tokens")
+
+    def versions(self) -> list[int] | None:
+        """The weight version of every token, or None where the engine samples from the policy itself."""
+        if self.token_weight_versions is not None:
+            return list(self.token_weight_versions)
+        return None if self.weight_version is None else [self.weight_version] * len(self.token_ids)
+
+
+class TokenLogProbs(NamedTuple):
+    """Per-token log-probs of the completions under one model (the policy, the reference, or the old policy)."""
+
+    logp: torch.Tensor  # [B, T] float32, 0 where not finite
+    entropy: torch.Tensor | None  # [B, T] float32 or None
+    finite: torch.Tensor  # [B, T] bool: the logits row and the log-prob were finite
+
+
+@dataclass(frozen=True)
+class AggregationRecord:
+    """How one loss term was reduced to a scalar: the mode and the normalizer it divided by."""
+
+    mode: str
+    normalizer: float | torch.Tensor
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a monitor reads besides the :class:`StepResult`: the settings the step ran under,
+    given by the module (``GRPOModule.step_context``) so no check reaches into it."""
+
+    algorithm: Any  # the AlgorithmConfig (kept untyped: this layer imports no config)
+    lr: float  # the learning rate of the step
+    filtered_sampling: bool = False  # top_p < 1 or top_k > 0: the engine sampled from a sharper distribution
+    correctness_reward: str | None = None  # the reward function whose score 1 means correct
+    reward_weights: dict[str, float] = field(default_factory=dict)  # reward function -> weight
+
+
+@dataclass(frozen=True)
+class PolicyWeights:
+    """What a weight sync pushes into an engine: named tensors (the engine's names) and the
+    version they become (the optimizer step); never the module they came from."""
+
+    tensors: Iterable[tuple[str, torch.Tensor]]
+    version: int
+    seconds: float = 0.0  # spent gathering them (a LoRA policy's merge), counted in the sync's time
+
+
+# Per-token [N, C] fields of a RolloutBatch besides the ids, each optional.
+TOKEN_FIELDS = ("completion_mask", "engine_logprobs", "loss_mask", "token_weight_versions", "turn_ids")
+
+
+@dataclass
+class RolloutBatch:
+    """Prompts x ``group_size`` completions, laid out group after group.
+
+    Prompts are left-padded and completions right-padded, so ``cat([prompt, completion])``
+    puts every completion's first token at the same column. ``completion_mask`` is the
+    attention mask of the completion side (1 on every real token); ``loss_mask`` (if given)
+    marks the tokens the model sampled and the loss counts: 0 on an environment's messages
+    inside a multi-turn episode. :meth:`completion_layout` and :meth:`sequences` give the
+    same tokens without padding.
+    """
+
+    prompt_ids: torch.Tensor  # [N, P] long
+    prompt_mask: torch.Tensor  # [N, P] long
+    completion_ids: torch.Tensor  # [N, C] long
+    completion_mask: torch.Tensor  # [N, C] long, 1 on real tokens (sampled ones, EOS included, and environment ones)
+    rewards: torch.Tensor  # [N] float32, the weighted sum over reward functions
+    group_size: int
+    max_new_tokens: int  # the completion budget: the horizon of seq_mean_token_sum_norm
+    temperature: float  # the sampling temperature, applied to the trainer's log-probs too
+    step: int = 0
+    reward_components: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> [N]
+    finished: torch.Tensor | None = None  # [N] bool, ended with EOS
+    engine_logprobs: torch.Tensor | None = None  # [N, C] float32, from the engine
+    prompts: list[str] = field(default_factory=list)  # [N] texts
+    completions: list[str] = field(default_factory=list)  # [N] texts
+    timing: dict[str, float] = field(default_factory=dict)  # rollout/* seconds and tokens/s, logged by the module
+    weight_version: int | None = None  # the oldest weight version that sampled the batch (engines with own weights)
+    loss_mask: torch.Tensor | None = None  # [N, C] long; None: the completion_mask (every real token was sampled)
+    token_weight_versions: torch.Tensor | None = None  # [N, C] long, the version that sampled each token (-1: none)
+    episode_ids: torch.Tensor | None = None  # [N] long; None: every row is an episode of its own
+    turn_ids: torch.Tensor | None = None  # [N, C] long, each token's turn in its episode (-1 on padding)
+
+    def __post_init__(self) -> None:
+        n = self.prompt_ids.shape[0]
+        if n % self.group_size:
+            raise ValueError(f"{n} sequences do not split into groups of {self.group_size}")
+        for name in ("prompt_mask", "completion_ids", "completion_mask", "rewards", "episode_ids"):
+            value = getattr(self, name)
+            if value is not None and value.shape[0] != n:
+                raise ValueError(f"RolloutBatch.{name} has {value.shape[0]} rows, expected {n}")
+        for name in TOKEN_FIELDS:
+            value = getattr(self, name)
+            if value is not None and value.shape != self.completion_ids.shape:
+                raise ValueError(
+                    f"RolloutBatch.{name} has shape {tuple(value.shape)}, expected {tuple(self.completion_ids.shape)}"
+                )
+        if self.loss_mask is not None and bool((self.loss_mask.bool() & ~self.completion_mask.bool()).any()):
+            raise ValueError("RolloutBatch.loss_mask marks a padding token (outside completion_mask)")
+
+    @property
+    def num_sequences(self) -> int:
+        return self.prompt_ids.shape[0]
+
+    @property
+    def num_groups(self) -> int:
+        return self.num_sequences // self.group_size
+
+    @property
+    def trained_mask(self) -> torch.Tensor:
+        """[N, C] the tokens the loss counts: ``loss_mask`` if given, else ``completion_mask`` (itself)."""
+        return self.completion_mask if self.loss_mask is None else self.loss_mask
+
+    def to(self, device: torch.device | str) -> RolloutBatch:
+        moved = {
+            f.name: getattr(self, f.name).to(device)
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), torch.Tensor)
+        }
+        moved["reward_components"] = {k: v.to(device) for k, v in self.reward_components.items()}
+        return replace(self, **moved)
+
+    # ----------------------------------------------------------------------- variable-length views
+    def completion_layout(self, name: str = "completion_ids") -> VarLen:
+        """A per-token field (``completion_ids`` or one of ``TOKEN_FIELDS``) without padding."""
+        values = self.completion_ids if name == "completion_ids" else getattr(self, name)
+        if values is None:
+            raise ValueError(f"RolloutBatch.{name} is not set")
+        return VarLen.from_padded(values, self.completion_mask)
+
+    def sequences(self) -> tuple[VarLen, torch.Tensor]:
+        """Every sequence's real tokens (prompt then completion) without padding, and each one's prompt length."""
+        ids = torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+        mask = torch.cat([self.prompt_mask, self.completion_mask], dim=1)
+        return VarLen.from_padded(ids, mask), self.prompt_mask.sum(dim=1)
+
+    # ----------------------------------------------------------------------- assembling
+    @staticmethod
+    def pad_completions(
+        completions: list[Completion], pad_id: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Right-pad completions into ids, mask, finished flags and (if every one has them) logprobs."""
+        width = max(1, max(len(c.token_ids) for c in completions))
+        # Padded as Python lists and converted once: a tensor per row costs more than the rows.
+        ids = torch.tensor(
+            [list(c.token_ids) + [pad_id] * (width - len(c.token_ids)) for c in completions], dtype=torch.long
+        )
+        mask = torch.tensor(
+            [[1] * len(c.token_ids) + [0] * (width - len(c.token_ids)) for c in completions], dtype=torch.long
+        )
+        has_logprobs = all(c.logprobs is not None for c in completions)
+        logprobs = None
+        if has_logprobs:
+            logprobs = torch.tensor(
+                [list(c.logprobs) + [0.0] * (width - len(c.logprobs)) for c in completions], dtype=torch.float32
+            )
+        finished = torch.tensor([c.finished for c in completions], dtype=torch.bool)
+        return ids, mask, finished, logprobs
+
+    @staticmethod
+    def pad_token_fields(completions: list[Completion]) -> dict[str, torch.Tensor]:
+        """The optional per-token fields (``loss_mask``, ``token_weight_versions``, ``turn_ids``) that any
+        completion carries, right-padded like :meth:`pad_completions` (0 or -1 on padding)."""
+        width = max(1, max(len(c.token_ids) for c in completions))
+        per_token = {
+            "loss_mask": [c.loss_mask for c in completions],
+            "token_weight_versions": [c.versions() for c in completions],
+            "turn_ids": [c.turn_ids for c in completions],
+        }
+        # (the value of a completion that does not say, the padding)
+        defaults = {"loss_mask": (1, 0), "token_weight_versions": (-1, -1), "turn_ids": (0, -1)}
+        out = {}
+        for name, rows in per_token.items():
+            if all(row is None for row in rows):
+                continue
+            value, pad = defaults[name]
+            rows = [
+                row if row is not None else [value] * len(c.token_ids) for row, c in zip(rows, completions, strict=True)
+            ]
+            out[name] = torch.tensor([list(row) + [pad] * (width - len(row)) for row in rows], dtype=torch.long)
+        return out
+
+    @staticmethod
+    def pad_prompts(prompt_ids: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-pad prompts into ids and mask."""
+        width = max(len(p) for p in prompt_ids)
+        ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompt_ids], dtype=torch.long)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], dtype=torch.long)
+        return ids, mask
+
+
+@dataclass
+class PassStats:
+    """What one pass over the generation batch measured (sums, turned into means on logging)."""
+
+    loss: float = 0.0
+    finite_loss: bool = True
+    kept_tokens: float = 0.0
+    kl_sum: float = 0.0
+    entropy_sum: float = 0.0
+    clip_low_sum: float = 0.0
+    clip_high_sum: float = 0.0
+    dropped_seqs: int = 0
+    # engine vs trainer log-probs (only when the rollout carries engine log-probs)
+    engine_tokens: float = 0.0
+    logp_diff_sum: float = 0.0
+    is_ratio_max: float = 0.0
+    is_truncated: float = 0.0
+    # Read by the health monitor (F1, F5): each loss term's aggregated value and the
+    # aggregation it used, and each sequence's summed log-prob (NaN where dropped).
+    policy_loss: float = 0.0
+    kl_loss: float = 0.0
+    aggregation: dict[str, AggregationRecord] = field(default_factory=dict)
+    seq_logp: torch.Tensor | None = None
+    old_logprobs: TokenLogProbs | None = None  # the pass's policy log-probs, when asked to record them
+
+    def token_mean(self, name: str) -> float:
+        return getattr(self, name) / max(self.kept_tokens, 1.0)
+
+
+@dataclass
+class StepResult:
+    """The outcome of one training step, kept on the module (``last_step``) for the monitor and callbacks."""
+
+    passes: list[PassStats] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # one reason per skipped optimizer step
+    advantages: torch.Tensor | None = None  # [N], as used by the loss (the F5 check reads them)
+    rollout: RolloutBatch | None = None  # the generation batch this step trained on
+    metrics: dict[str, float] = field(default_factory=dict)  # the step's logged metrics (train/*, reward/*, ...)
+
+    @property
+    def steps_taken(self) -> int:
+        return len(self.passes) - len(self.skipped)
+
+    @property
+    def nonfinite(self) -> bool:
+        """A pass had a non-finite loss or gradient norm."""
+        return any(not p.finite_loss for p in self.passes) or not all(math.isfinite(g) for g in self.grad_norms)

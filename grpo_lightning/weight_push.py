@@ -1,0 +1,62 @@
+"""The module's side of its rollout engine: the weight sync and the engine's release.
+
+For a sync, gather the policy's tensors (and, to verify, score a probe with the policy),
+then hand both to the rollout generator's :class:`WeightSync`; the sync sees only those
+records, and nothing flows back into the module but metrics.
+"""
+
+from __future__ import annotations
+
+import time
+
+import lightning as L
+import torch
+
+from grpo_lightning.models.lora import engine_weights
+from grpo_lightning.rollout.generator import RolloutGenerator
+from grpo_lightning.rollout.weight_sync import ProbeScores, WeightSync
+from grpo_lightning.step import PolicyWeights, RolloutBatch
+
+
+def policy_weights(policy: torch.nn.Module, version: int) -> PolicyWeights:
+    """The tensors an engine loads: a LoRA policy's merged weights (out of place, timed), else its state dict."""
+    start = time.perf_counter()
+    tensors = engine_weights(policy)
+    return PolicyWeights(tensors, version, time.perf_counter() - start)
+
+
+@torch.no_grad()
+def probe_scores(module, probe: RolloutBatch | None = None, tokenizer=None) -> ProbeScores:
+    """The policy's log-probs (temperature 1, eval mode) of the probe the engine must match."""
+    prompt, completion = WeightSync.probe_ids(probe, tokenizer)
+    ids = torch.tensor([prompt + completion], device=module.device)
+    was_training = module.policy.training
+    module.policy.eval()
+    try:
+        logp = module.completion_log_probs(module.policy, ids, torch.ones_like(ids), len(prompt), temperature=1.0)
+    finally:
+        module.policy.train(was_training)
+    return ProbeScores(prompt, completion, logp.logp[0].float().cpu())
+
+
+def push_weights(module, step: int, probe: RolloutBatch | None = None, force: bool = False) -> dict[str, float]:
+    """Sync the engine of ``module.rollout`` if it owns weights and a sync is due (or ``force``);
+    returns the metrics to log (empty when nothing ran)."""
+    generator = module.rollout
+    sync = generator.weight_sync if generator is not None else None
+    if sync is None or not (force or sync.due(step)):
+        return {}
+    weights = policy_weights(module.policy, step)
+    expected = probe_scores(module, probe, generator.tokenizer) if sync.verify else None
+    return generator.sync_weights(weights, expected, rank=module.global_rank)
+
+
+class CloseRolloutOnException(L.Callback):
+    """Lightning tells only callbacks about exceptions: drain the generator's queued work and
+    release an engine it built (a launched vLLM server) then."""
+
+    def __init__(self, rollout: RolloutGenerator):
+        self.rollout = rollout
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self.rollout.shutdown()
