@@ -5,14 +5,14 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
+from conftest import make_generator
 
 import grpo_lightning.algorithm.objective as objective_lib
 from grpo_lightning.config import AlgorithmConfig
-from grpo_lightning.data import PromptDataModule, arithmetic_records
+from grpo_lightning.data import PromptDataModule
 from grpo_lightning.guards import NonFiniteTrainingError
 from grpo_lightning.module import GRPOModule
-
-from conftest import make_generator
+from grpo_lightning.tasks import arithmetic_records
 
 
 class Snapshots(L.Callback):

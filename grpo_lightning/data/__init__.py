@@ -1,6 +1,6 @@
-"""Prompt data: the DataModule and the tasks that fill it."""
+"""Prompt data: the DataModule, the sampler, prompt formatting and generic file loading
+(the tasks that fill it live in :mod:`grpo_lightning.tasks`)."""
 
-from grpo_lightning.data.arithmetic import arithmetic_records
 from grpo_lightning.data.datamodule import PromptDataModule
 
-__all__ = ["PromptDataModule", "arithmetic_records"]
+__all__ = ["PromptDataModule"]
