@@ -90,7 +90,7 @@ class Plan:
     hydra: list[str] = field(default_factory=list)
     deferred: list[Override] = field(default_factory=list)
     plugins: list[str] = field(default_factory=list)
-    task: str = DEFAULT_TASK
+    task: str | None = DEFAULT_TASK  # None: a task file of the user's own, known once composed
 
 
 def _parse(text: str) -> Override | None:
@@ -136,30 +136,52 @@ def _defaults_choice(texts: list[str], config_name: str) -> str | None:
         return None  # Hydra reports it when it composes
 
 
-def _chosen_task(parsed: list[tuple[str, Override | None]], config_name: str) -> str:
-    """``task.name=`` if given, else the ``task`` group option chosen; an unknown one names the closest."""
+def _config_dir_searchpath(args: list[str], texts: list[str]) -> list[str]:
+    """``--config-dir DIR`` (``-cd DIR``) as the override Hydra's defaults list understands."""
+    if any(t.startswith("hydra.searchpath") for t in texts):
+        return []
+    for i, arg in enumerate(args):
+        if arg.startswith("--config-dir="):
+            folder = arg.split("=", 1)[1]
+        elif arg in ("--config-dir", "-cd") and i + 1 < len(args):
+            folder = args[i + 1]
+        else:
+            continue
+        return [f"hydra.searchpath=[file://{Path(folder).resolve()}]"]
+    return []
+
+
+def _chosen_task(parsed: list[tuple[str, Override | None]], config_name: str) -> str | None:
+    """``task.name=`` if given, else the ``task`` group option chosen; an unknown name names the closest.
+
+    None when the option is a file of the user's own (``--config-dir``): its task is known only
+    once composed, and :func:`finish` checks its keys then."""
     name, group = None, None
     for _, o in parsed:
         if o is not None and _plain(o) and o.key_or_group in ("task", "task.name"):
             if o.key_or_group == "task":
                 group = str(o.value())
-                if (problem := TASKS.problem(group, "task")) is not None:
-                    raise ConfigError(problem)
             else:
                 name = str(o.value())
-    if name is None:
-        texts = [t for t, o in parsed if o is not None and not o.is_sweep_override()]
-        name = _defaults_choice(texts, config_name) or group or DEFAULT_TASK
-    if (problem := TASKS.problem(name, "task.name")) is not None:
-        raise ConfigError(problem)
-    return name
+    if name is not None:
+        if (problem := TASKS.problem(name, "task.name")) is not None:
+            raise ConfigError(problem)
+        return name
+    texts = [t for t, o in parsed if o is not None and not o.is_sweep_override()]
+    choice = _defaults_choice(texts + _config_dir_searchpath([t for t, _ in parsed], texts), config_name)
+    if choice is None and group is not None and (problem := TASKS.problem(group, "task")) is not None:
+        raise ConfigError(problem)  # no such option: name the closest task
+    return choice if choice in TASKS else None
 
 
-def _unknown_override_keys(parsed: list[tuple[str, Override | None]], keys: list[str], dicts: set[str]) -> None:
+def _unknown_override_keys(
+    parsed: list[tuple[str, Override | None]], keys: list[str], dicts: set[str], task: str | None
+) -> None:
     """Refuse ``group.key=value`` for a key the schema lacks, before Hydra (whose own message
-    names no alternative): names the closest real key, and the tasks that have it."""
+    names no alternative): names the closest real key, and the tasks that have it. The task's
+    keys are left to :func:`finish` when the task is not known yet (``task``: None)."""
     known, problems = set(keys), []
-    heads = {k for k in keys if "." not in k}
+    heads = {k for k in keys if "." not in k} - ({"task"} if task is None else set())
     for _, o in parsed:
         if o is None or not _plain(o) or "." not in o.key_or_group:
             continue
@@ -193,8 +215,10 @@ def plan(overrides: list[str] | tuple[str, ...], load: bool = True, config_name:
             result.plugins += entries
     _store_plugin_tasks()
     result.task = _chosen_task(parsed, config_name)
-    keys, dicts = schema_paths(schema(result.task))
-    _unknown_override_keys(parsed, keys, dicts)
+    keys, dicts = schema_paths(schema(result.task or DEFAULT_TASK))
+    if result.task is None:  # any task's dict fields (task.dataset_options) assign
+        dicts |= {d for name in TASKS for d in schema_paths(schema(name))[1]}
+    _unknown_override_keys(parsed, keys, dicts, result.task)
     held: set[str] = set()
     for text, o in parsed:
         if o is None:
