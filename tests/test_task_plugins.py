@@ -51,6 +51,14 @@ def counting_plugin_exact(prompts, completions, answer, **_):
 """
 
 
+def cli_config(cwd: Path, *args: str):
+    """The config the CLI composes for ``args`` (``--cfg job``), as an OmegaConf node."""
+    command = [sys.executable, "-m", "grpo_lightning.train", *args, "--cfg", "job"]
+    result = subprocess.run(command, cwd=cwd, env=os.environ, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return OmegaConf.create(result.stdout)
+
+
 @pytest.fixture(scope="module")
 def plugin(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("plugin") / "counting_task.py"
@@ -76,18 +84,7 @@ def test_a_task_from_a_plugin_file_is_composed_and_its_option_changes_its_prompt
 
 @pytest.mark.slow
 def test_the_cli_takes_a_plugin_task_and_its_option(plugin, tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "grpo_lightning.train", f"plugins=[{plugin}]", "task=counting_plugin", "task.start=7"]
-        + ["--cfg", "job"],
-        cwd=tmp_path,
-        env=os.environ,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    shown = OmegaConf.create(result.stdout)
+    shown = cli_config(tmp_path, f"plugins=[{plugin}]", "task=counting_plugin", "task.start=7")
     assert (shown.task.name, shown.task.start) == ("counting_plugin", 7)
 
 
@@ -157,15 +154,5 @@ def test_a_task_file_of_your_own_starts_from_a_shipped_one(tmp_path):
     """README: my_conf/task/sums99.yaml with defaults [arithmetic] composes as the arithmetic task."""
     (tmp_path / "task").mkdir()
     (tmp_path / "task" / "sums99.yaml").write_text("defaults:\n  - arithmetic\n  - _self_\nmax_operand: 99\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "grpo_lightning.train", "--config-dir", str(tmp_path), "task=sums99", "--cfg", "job"],
-        cwd=tmp_path,
-        env=os.environ,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    shown = OmegaConf.create(result.stdout)
+    shown = cli_config(tmp_path, "--config-dir", str(tmp_path), "task=sums99")
     assert (shown.task.name, shown.task.max_operand, shown.task.operators) == ("arithmetic", 99, "+")
