@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from trl_vs_ours import child_environment, load_model, our_config, prompt_records, trl_config  # noqa: E402
+from trl_vs_ours import child_environment, load_model, our_config, prompt_records, trl_config
 
 DIMS = dict(prompts=4, generations=8, max_tokens=32, steps=2)
 LORA = dict(rank=16, alpha=32.0, dropout=0.0)
@@ -93,7 +93,7 @@ def run_trl(model_dir: str, dtype: str, lora: bool, beta: float, checkpointing: 
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from grpo_lightning.rewards.arithmetic import arithmetic_close
+    from grpo_lightning.tasks.arithmetic import arithmetic_close
 
     model, tokenizer = load_model(model_dir)
     if dtype != "float32":

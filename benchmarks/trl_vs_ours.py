@@ -102,7 +102,7 @@ def prompt_records(count: int, source: str = "arithmetic", tokenizer=None) -> li
     if source == "arithmetic":
         return [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(10)][:count]
     from grpo_lightning.data.prompting import PromptFormatter
-    from grpo_lightning.data.reasoning_gym import reasoning_gym_records
+    from grpo_lightning.tasks.reasoning_gym import reasoning_gym_records
 
     train, _ = reasoning_gym_records("chain_sum", size=count, val_fraction=0.0)
     formatter = PromptFormatter(
@@ -188,7 +188,7 @@ def run_trl(setting: str, model_dir: str | None, table: str, trl_vllm: bool = Fa
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
-    from grpo_lightning.rewards.arithmetic import arithmetic_close
+    from grpo_lightning.tasks.arithmetic import arithmetic_close
 
     s = SETTINGS[setting]
     model, tokenizer = load_model(model_dir)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from grpo_lightning import tasks as _tasks  # noqa: F401  (registers the built-in tasks and their rewards)
+
 if TYPE_CHECKING:
     from grpo_lightning.config import TrainConfig, validate_config
     from grpo_lightning.module import GRPOModule

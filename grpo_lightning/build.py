@@ -22,7 +22,6 @@ from grpo_lightning.config import TrainConfig, checkpointing_mode, validate_conf
 from grpo_lightning.data import PromptDataModule
 from grpo_lightning.data.files import max_prompt_tokens, prompt_check
 from grpo_lightning.data.prompting import PromptFormatter
-from grpo_lightning.data.tasks import task_records
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.allocator import apply_huge_pages, huge_pages_report, release_freed_memory
 from grpo_lightning.models.compile import compile_training_models
@@ -38,6 +37,7 @@ from grpo_lightning.rollout import (
 )
 from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
 from grpo_lightning.sharding import build_strategy
+from grpo_lightning.tasks import task_records
 
 
 @dataclass
@@ -85,13 +85,9 @@ class Run:
 
 def build_datamodule(cfg: TrainConfig) -> PromptDataModule:
     # Every task's prompts are vetted with the tokenizer before the model loads: characters it
-    # cannot encode, prompts that leave no room for the completion (task=dataset names the row
-    # of its file; the built-in tasks are checked as generated).
-    check = prompt_check(cfg)
-    train, val = task_records(cfg.task, check)
-    if check is not None and cfg.task.name != "dataset":
-        check(train, f"task={cfg.task.name} (training prompts)")
-        check(val, f"task={cfg.task.name} (held-out prompts)")
+    # cannot encode, prompts that leave no room for the completion. The task calls the check
+    # where it names the source best (task=dataset: the file's row; generated tasks: the task).
+    train, val = task_records(cfg.task, prompt_check(cfg))
     if cfg.task.correctness_reward is None:  # nothing defines "correct": no held-out evaluation
         val = []
     batches = -(-cfg.trainer.max_steps // cfg.algorithm.num_iterations)

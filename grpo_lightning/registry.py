@@ -41,7 +41,7 @@ def closest(name: str, choices: list[str] | tuple[str, ...]) -> str | None:
 def unknown_name_message(field: str, name: object, choices: list[str] | tuple[str, ...], kind: str) -> str:
     """One line: the field, the bad value, the closest real choice, every choice."""
     hint = closest(str(name), choices)
-    did_you_mean = f"; did you mean {hint!r}?" if hint else ""
+    did_you_mean = f"; did you mean {hint!r}?" if hint else "."
     return f"{field}={name!r} is not a registered {kind}{did_you_mean} Registered: {sorted(choices)}"
 
 

@@ -48,9 +48,9 @@ def test_a_data_error_is_short_with_exit_2(monkeypatch, tmp_path, capsys):
 @pytest.mark.parametrize(
     "override, said",
     [
-        ("algorithm.no_such_key=1", "Key 'no_such_key' not in 'AlgorithmConfig'"),
+        ("algorithm.no_such_key=1", "algorithm.no_such_key is not a config field"),
         ("algorithm.beta=abc", "'abc' of type 'str' could not be converted to Float"),
-        ("task=no_such_task", "choose one of: arithmetic, dataset"),
+        ("task=no_such_task", "is not a registered task. Registered: ['arithmetic', 'dataset'"),
         ("algorithm.beta=[", "algorithm.beta=["),
     ],
 )

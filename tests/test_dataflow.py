@@ -13,9 +13,10 @@ from torch.utils.data import DataLoader
 
 from grpo_lightning import GRPOModule, HFEngine, RolloutGenerator, SamplingSettings
 from grpo_lightning.config import AlgorithmConfig
-from grpo_lightning.data import PromptDataModule, arithmetic_records
+from grpo_lightning.data import PromptDataModule
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
 from grpo_lightning.rewards import RewardScorer
+from grpo_lightning.tasks import arithmetic_records
 
 
 def hand_assembled(correctness_reward: str | None):

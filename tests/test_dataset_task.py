@@ -19,6 +19,7 @@ from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.models import build_char_tokenizer
 from grpo_lightning.rewards import RewardFunctionError, RewardScorer, WeightedReward
 from grpo_lightning.rewards.scorer import RewardState
+from grpo_lightning.tasks import DatasetTaskConfig
 
 
 def write_jsonl(path, rows):
@@ -27,8 +28,7 @@ def write_jsonl(path, rows):
 
 
 def dataset_config(path, **task) -> TrainConfig:
-    cfg = TrainConfig()
-    cfg.task.name, cfg.task.path, cfg.task.correctness_reward, cfg.task.val_fraction = "dataset", str(path), None, 0.0
+    cfg = TrainConfig(task=DatasetTaskConfig(path=str(path), correctness_reward=None, val_fraction=0.0))
     cfg.rollout.prompts_per_step = 1
     for key, value in task.items():
         setattr(cfg.task, key, value)
@@ -272,7 +272,7 @@ def test_every_reasoning_gym_dataset_in_the_readme_builds_from_the_cli_config(da
 
 
 def test_reasoning_gym_unknown_dataset_or_option_lists_the_valid_ones():
-    from grpo_lightning.data.reasoning_gym import dataset_options
+    from grpo_lightning.tasks.reasoning_gym import dataset_options
 
     with pytest.raises(
         DataError, match=r"task.dataset='chain_sums' is not a reasoning-gym dataset; choose one of \[.*'chain_sum'"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from conftest import fit, make_config
 
-import grpo_lightning.rewards.arithmetic as arithmetic
 import grpo_lightning.rollout.generator as rollout_module
+import grpo_lightning.tasks.arithmetic as arithmetic
 from grpo_lightning.rollout.seeding import sample_seed
 
 WINDOW = 20  # the default window

@@ -9,9 +9,10 @@ from conftest import make_generator
 
 import grpo_lightning.algorithm.objective as objective_lib
 from grpo_lightning.config import AlgorithmConfig
-from grpo_lightning.data import PromptDataModule, arithmetic_records
+from grpo_lightning.data import PromptDataModule
 from grpo_lightning.guards import NonFiniteTrainingError
 from grpo_lightning.module import GRPOModule
+from grpo_lightning.tasks import arithmetic_records
 
 
 class Snapshots(L.Callback):

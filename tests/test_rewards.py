@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from grpo_lightning.rewards import RewardFunctionError, RewardScorer, WeightedReward, get_reward
-from grpo_lightning.rewards.arithmetic import arithmetic_close, arithmetic_digits, arithmetic_exact
+from grpo_lightning.tasks.arithmetic import arithmetic_close, arithmetic_digits, arithmetic_exact
 
 
 def test_arithmetic_rewards_score_right_wrong_and_malformed_answers():

@@ -81,9 +81,10 @@ def test_resume_from_a_checkpoint_continues_the_seed_steps(tokenizer, tmp_path):
     import lightning as L
 
     from grpo_lightning.config import AlgorithmConfig
-    from grpo_lightning.data import PromptDataModule, arithmetic_records
+    from grpo_lightning.data import PromptDataModule
     from grpo_lightning.models import build_tiny_policy
     from grpo_lightning.module import GRPOModule
+    from grpo_lightning.tasks import arithmetic_records
 
     def fit(checkpoint_every=None, resume_from=None):
         policy = build_tiny_policy(tokenizer)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_lightning.config import ConfigError, TaskConfig, TrainConfig, validate_config
+from grpo_lightning.config import ConfigError, TrainConfig, validate_config
 from grpo_lightning.data import PromptDataModule
-from grpo_lightning.data.gsm import final_answer, gsm_records
 from grpo_lightning.data.prompting import PromptFormatter
-from grpo_lightning.data.tasks import task_records
 from grpo_lightning.models import build_char_tokenizer
+from grpo_lightning.tasks import ReasoningGymTaskConfig, task_records
+from grpo_lightning.tasks.gsm import final_answer, gsm_records
 
 
 def test_gsm_task_has_the_hundred_questions_with_numeric_answers():
@@ -25,20 +25,20 @@ def test_gsm_task_has_the_hundred_questions_with_numeric_answers():
 
 
 def test_reasoning_gym_task_from_config_is_reproducible_and_split():
-    task = TaskConfig(name="reasoning_gym", dataset="chain_sum", size=50, val_fraction=0.2, max_completion_chars=80)
+    task = ReasoningGymTaskConfig(dataset="chain_sum", size=50, val_fraction=0.2, max_completion_chars=80)
     train, val = task_records(task)
     assert (len(train), len(val)) == (40, 10)
     assert all(r["entry"]["metadata"]["source_dataset"] == "chain_sum" for r in train)
     assert all(r["max_completion_chars"] == 80 for r in train + val)
     again, _ = task_records(task)
     assert [r["prompt"] for r in again] == [r["prompt"] for r in train]
-    other, _ = task_records(TaskConfig(name="reasoning_gym", dataset="chain_sum", size=50, val_fraction=0.2, seed=1))
+    other, _ = task_records(ReasoningGymTaskConfig(dataset="chain_sum", size=50, val_fraction=0.2, seed=1))
     assert [r["prompt"] for r in other] != [r["prompt"] for r in train]
 
 
 def test_unknown_reasoning_gym_dataset_names_the_field():
     with pytest.raises(ValueError, match="task.dataset='no_such_dataset'"):
-        task_records(TaskConfig(name="reasoning_gym", dataset="no_such_dataset", size=4))
+        task_records(ReasoningGymTaskConfig(dataset="no_such_dataset", size=4))
 
 
 CHAT = (
@@ -83,7 +83,7 @@ def test_config_rejects_bad_task_and_eval_fields():
     with pytest.raises(ConfigError) as err:
         validate_config(cfg)
     message = str(err.value)
-    assert "task.name='mmlu' is not allowed" in message and "reasoning_gym" in message
+    assert "task.name='mmlu' is not a registered task" in message and "reasoning_gym" in message
     assert "task.correctness_reward='accuracy' is not allowed" in message
     assert "eval.pass_k=-1" in message and "eval.batch_size=0" in message
 

@@ -1,13 +1,19 @@
 """Two-phase composition of the Hydra config groups (``grpo_lightning/conf``) onto :class:`TrainConfig`.
 
 Phase 1 reads ``plugins=[...]`` (and the deprecated ``task.reward_modules=[...]``) from the
-overrides and imports them, so whatever they register exists. Phase 2 composes every group onto
-the schema, then refuses any key the schema does not declare, ``+`` or not (Hydra's ``+`` adds
-keys silently), naming the closest real one. ``task.rewards={...}`` (any dict-typed field)
-assigns: the override is held back from Hydra, which would merge it key-wise, and applied after.
+overrides and imports them, so whatever they register exists; then it finds the chosen task
+(``task.name=``, else the ``task`` group option Hydra's defaults list picks, presets included)
+and checks the overrides' keys against the schema with that task's own options class
+(``TASKS.options(name)``): ``task.max_operand`` is a field under ``task=arithmetic`` and an
+unknown key under ``task=dataset``. Hydra composes the same: each conf/task/<name>.yaml starts
+from ``task_schema/<name>``, the options the task registered. Phase 2 composes every group onto that schema, then refuses any key the schema
+does not declare, ``+`` or not (Hydra's ``+`` adds keys silently), naming the closest real one.
+``task.rewards={...}`` (any dict-typed field) assigns: the override is held back from Hydra,
+which would merge it key-wise, and applied after.
 
-The CLI (``grpo_lightning.train``) runs phase 1 on ``sys.argv`` before ``@hydra.main`` and
-:func:`finish` on what Hydra composed; :func:`compose` does both for Python and tests.
+The tasks register into :data:`~grpo_lightning.config.task.TASKS` (this layer imports none of
+them). The CLI (``grpo_lightning.train``) runs phase 1 on ``sys.argv`` before ``@hydra.main``
+and :func:`finish` on what Hydra composed; :func:`compose` does both for Python and tests.
 """
 
 from __future__ import annotations
@@ -21,46 +27,60 @@ from typing import Any
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from grpo_lightning.config.base import schema_keys, unknown_key_message
-from grpo_lightning.config.task import TaskConfig
+from grpo_lightning.config.base import unknown_key_message
+from grpo_lightning.config.task import TASKS, TaskConfig
 from grpo_lightning.config.train import TrainConfig
 from grpo_lightning.errors import ConfigError
 from grpo_lightning.registry import load_plugins
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+DEFAULT_TASK = "arithmetic"  # conf/train.yaml's defaults list picks it
 
-# The schema Hydra composes onto: the dataclass defaults, except that task.rewards is empty and
-# every conf/task/*.yaml names its own rewards. Hydra merges dicts key-wise and a config file
-# cannot replace or delete one (Hydra issue #1896): a task file's rewards merged onto the
-# arithmetic default would keep the arithmetic rewards too. TaskConfig keeps the arithmetic rewards
-# as its default because TrainConfig() in Python is the arithmetic task and must run as it is, so
-# conf/task/arithmetic.yaml names the same rewards (tests/test_config.py checks they agree).
-SCHEMA = TrainConfig(task=TaskConfig(rewards={}))
+
+def schema(task: str = DEFAULT_TASK) -> TrainConfig:
+    """The schema for ``task``: the dataclass defaults, with the task's own options class, except that task.rewards is empty and every conf/task/*.yaml names its own rewards.
+
+    Hydra merges dicts key-wise and a config file cannot replace or delete one (Hydra issue
+    #1896): a task file's rewards merged onto the arithmetic default would keep the arithmetic
+    rewards too. TaskConfig keeps the arithmetic rewards as its default because TrainConfig() in
+    Python is the arithmetic task and must run as it is, so conf/task/arithmetic.yaml names the
+    same rewards (tests/test_config.py checks they agree)."""
+    cls = (TASKS.options(task) if task in TASKS else None) or TaskConfig
+    return TrainConfig(task=cls(rewards={}))
+
+
+SCHEMA = TrainConfig(task=TaskConfig(rewards={}))  # what Hydra composes onto; each task file adds its options
 ConfigStore.instance().store(name="train_schema", node=SCHEMA)
 
 REWARD_MODULES_DEPRECATED = "task.reward_modules is deprecated: use plugins=[...] (it is merged into plugins)"
 
 
-def _dict_fields(cls: type, prefix: str = "") -> set[str]:
-    """Dotted paths of the dict-typed fields (task.rewards, task.dataset_options)."""
-    found = set()
-    hints = typing.get_type_hints(cls)
-    for f in fields(cls):
-        kind = hints[f.name]
-        if is_dataclass(kind):
-            found |= _dict_fields(kind, f"{prefix}{f.name}.")
-        elif typing.get_origin(kind) is dict:
-            found.add(prefix + f.name)
-    return found
+def schema_paths(node: Any, prefix: str = "") -> tuple[list[str], set[str]]:
+    """Every dotted field path of a config instance (nested groups and the chosen task's own
+    options class included), and the paths of its dict-typed fields (task.rewards, ...)."""
+    keys, dicts = [], set()
+    hints = typing.get_type_hints(type(node))
+    for f in fields(node):
+        path, value = prefix + f.name, getattr(node, f.name)
+        keys.append(path)
+        if is_dataclass(value):
+            more, more_dicts = schema_paths(value, path + ".")
+            keys += more
+            dicts |= more_dicts
+        elif typing.get_origin(hints[f.name]) is dict:
+            dicts.add(path)
+    return keys, dicts
 
 
-DICT_FIELDS = _dict_fields(TrainConfig)
+DICT_FIELDS = schema_paths(schema())[1]  # the default task's; a plan has its chosen task's
 
 
 @dataclass
@@ -70,6 +90,7 @@ class Plan:
     hydra: list[str] = field(default_factory=list)
     deferred: list[Override] = field(default_factory=list)
     plugins: list[str] = field(default_factory=list)
+    task: str | None = DEFAULT_TASK  # None: a task file of the user's own, known once composed
 
 
 def _parse(text: str) -> Override | None:
@@ -81,28 +102,136 @@ def _parse(text: str) -> Override | None:
         return None  # Hydra reports it
 
 
-def plan(overrides: list[str] | tuple[str, ...], load: bool = True) -> Plan:
-    """Phase 1: import ``plugins`` / ``task.reward_modules`` and hold back dict assignments."""
-    result, held = Plan(), set()
-    for text in overrides:
-        o = _parse(text)
+def _plain(o: Override) -> bool:
+    """A single-value override that sets something (not a sweep, not a deletion)."""
+    return o.type != OverrideType.DEL and not o.is_sweep_override()
+
+
+def _store_plugin_tasks() -> None:
+    """A registered task without a conf/task/<name>.yaml gets its options' defaults as that group
+    option, so ``task=<name>`` selects a task registered by a plugin file."""
+    store = ConfigStore.instance()
+    for name in TASKS:
+        cls = TASKS.options(name)
+        if cls is not None and not (CONF_DIR / "task" / f"{name}.yaml").exists():
+            store.store(group="task", name=name, node=cls())
+
+
+def _defaults_choice(texts: list[str], config_name: str) -> str | None:
+    """The ``task`` option Hydra's defaults list picks for these overrides (presets included)."""
+
+    def choose() -> str | None:
+        loader = GlobalHydra.instance().config_loader()
+        for d in loader.compute_defaults_list(config_name, texts, RunMode.RUN).defaults:
+            if d.config_path and d.config_path.startswith("task/"):
+                return d.config_path.split("/", 1)[1]
+        return None
+
+    try:
+        if GlobalHydra.instance().is_initialized():
+            return choose()
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return choose()
+    except (HydraException, OmegaConfBaseException):
+        return None  # Hydra reports it when it composes
+
+
+def _config_dir_searchpath(args: list[str], texts: list[str]) -> list[str]:
+    """``--config-dir DIR`` (``-cd DIR``) as the override Hydra's defaults list understands."""
+    if any(t.startswith("hydra.searchpath") for t in texts):
+        return []
+    for i, arg in enumerate(args):
+        if arg.startswith("--config-dir="):
+            folder = arg.split("=", 1)[1]
+        elif arg in ("--config-dir", "-cd") and i + 1 < len(args):
+            folder = args[i + 1]
+        else:
+            continue
+        return [f"hydra.searchpath=[file://{Path(folder).resolve()}]"]
+    return []
+
+
+def _chosen_task(parsed: list[tuple[str, Override | None]], config_name: str) -> str | None:
+    """``task.name=`` if given, else the ``task`` group option chosen; an unknown name names the closest.
+
+    None when the option is a file of the user's own (``--config-dir``): its task is known only
+    once composed, and :func:`finish` checks its keys then."""
+    name, group = None, None
+    for _, o in parsed:
+        if o is not None and _plain(o) and o.key_or_group in ("task", "task.name"):
+            if o.key_or_group == "task":
+                group = str(o.value())
+            else:
+                name = str(o.value())
+    if name is not None:
+        if (problem := TASKS.problem(name, "task.name")) is not None:
+            raise ConfigError(problem)
+        return name
+    texts = [t for t, o in parsed if o is not None and not o.is_sweep_override()]
+    choice = _defaults_choice(texts + _config_dir_searchpath([t for t, _ in parsed], texts), config_name)
+    if choice is None and group is not None and (problem := TASKS.problem(group, "task")) is not None:
+        raise ConfigError(problem)  # no such option: name the closest task
+    return choice if choice in TASKS else None
+
+
+def _unknown_override_keys(
+    parsed: list[tuple[str, Override | None]], keys: list[str], dicts: set[str], task: str | None
+) -> None:
+    """Refuse ``group.key=value`` for a key the schema lacks, before Hydra (whose own message
+    names no alternative): names the closest real key, and the tasks that have it. The task's
+    keys are left to :func:`finish` when the task is not known yet (``task``: None)."""
+    known, problems = set(keys), []
+    heads = {k for k in keys if "." not in k} - ({"task"} if task is None else set())
+    for _, o in parsed:
+        if o is None or not _plain(o) or "." not in o.key_or_group:
+            continue
+        key = o.key_or_group
+        if key.split(".", 1)[0] not in heads or key in known or any(key.startswith(d + ".") for d in dicts):
+            continue
+        message = unknown_key_message(key, keys)
+        if key.startswith("task."):
+            owners = [n for n in TASKS if key.split(".")[1] in _fields_of(TASKS.options(n))]
+            message += f" (task.{key.split('.')[1]} is an option of task={'/'.join(owners)})" if owners else ""
+        problems.append(message)
+    if problems:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
+
+
+def _fields_of(cls: type | None) -> set[str]:
+    return {f.name for f in fields(cls)} if cls is not None else set()
+
+
+def plan(overrides: list[str] | tuple[str, ...], load: bool = True, config_name: str = "train") -> Plan:
+    """Phase 1: import ``plugins`` / ``task.reward_modules``, store the chosen task's schema,
+    refuse unknown keys and hold back dict assignments."""
+    parsed = [(text, _parse(text)) for text in overrides]
+    result = Plan()
+    for _, o in parsed:
+        if o is not None and o.key_or_group in ("plugins", "task.reward_modules") and _plain(o):
+            entries = o.value()
+            entries = [entries] if isinstance(entries, str) else list(entries or [])
+            if load:
+                load_plugins(entries, field=o.key_or_group)
+            result.plugins += entries
+    _store_plugin_tasks()
+    result.task = _chosen_task(parsed, config_name)
+    keys, dicts = schema_paths(schema(result.task or DEFAULT_TASK))
+    if result.task is None:  # any task's dict fields (task.dataset_options) assign
+        dicts |= {d for name in TASKS for d in schema_paths(schema(name))[1]}
+    _unknown_override_keys(parsed, keys, dicts, result.task)
+    held: set[str] = set()
+    for text, o in parsed:
         if o is None:
             result.hydra.append(text)
             continue
         key = o.key_or_group
-        whole_dict = o.type == OverrideType.CHANGE and key in DICT_FIELDS and not o.is_sweep_override()
+        whole_dict = o.type == OverrideType.CHANGE and key in dicts and not o.is_sweep_override()
         if whole_dict and isinstance(o.value(), dict):
             held.add(key)
         if any(key == k or key.startswith(k + ".") for k in held):
             result.deferred.append(o)
-            continue
-        result.hydra.append(text)
-        if key in ("plugins", "task.reward_modules") and o.type != OverrideType.DEL and not o.is_sweep_override():
-            entries = o.value()
-            entries = [entries] if isinstance(entries, str) else list(entries or [])
-            if load:
-                load_plugins(entries, field=key)
-            result.plugins += entries
+        else:
+            result.hydra.append(text)
     return result
 
 
@@ -115,21 +244,29 @@ def _apply(cfg: DictConfig, o: Override) -> None:
             if node is None or leaf not in node:
                 raise ConfigError(f"~{key}: there is no {key} to delete")
             del node[leaf]
-        elif key in DICT_FIELDS:  # assign, do not merge
+        elif _is_dict_field(cfg, key):  # assign, do not merge
             OmegaConf.update(cfg, key, o.value(), merge=False)
         else:
             OmegaConf.update(cfg, key, o.value(), merge=True)
 
 
+def _is_dict_field(cfg: DictConfig, key: str) -> bool:
+    node = OmegaConf.select(cfg, key, default=None)
+    return isinstance(node, DictConfig) and not is_dataclass(OmegaConf.get_type(node))
+
+
 def unknown_keys(node: Any, cls: type, prefix: str = "") -> list[str]:
-    """Keys of a composed config that the schema ``cls`` does not declare (dict fields are open)."""
+    """Keys of a composed config that the schema ``cls`` does not declare (dict fields are open).
+
+    A nested group's schema is its node's own type (the chosen task's options class for ``task``)."""
     hints = typing.get_type_hints(cls)
     found = []
     for key in node:
         if key not in hints:
             found.append(f"{prefix}{key}")
         elif is_dataclass(hints[key]) and isinstance(node[key], DictConfig):
-            found += unknown_keys(node[key], hints[key], f"{prefix}{key}.")
+            kind = OmegaConf.get_type(node[key])
+            found += unknown_keys(node[key], kind if is_dataclass(kind) else hints[key], f"{prefix}{key}.")
     return found
 
 
@@ -143,9 +280,17 @@ def finish(cfg: DictConfig, deferred: list[Override] = ()) -> TrainConfig:
     except OmegaConfBaseException as err:
         raise ConfigError(f"invalid override: {err}") from None
     unknown = unknown_keys(cfg, TrainConfig)
+    task_cls = OmegaConf.get_type(cfg.task) if isinstance(cfg.get("task"), DictConfig) else None
+    task_cls = task_cls if is_dataclass(task_cls) else TaskConfig
     if unknown:
-        keys = schema_keys(TrainConfig)
+        keys = schema_paths(TrainConfig(task=task_cls()))[0]
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(unknown_key_message(k, keys) for k in unknown))
+    name = cfg.task.name
+    if name in TASKS and TASKS.options(name) not in (None, task_cls):
+        raise ConfigError(
+            f"task.name={name!r} was set where the composed task options are {task_cls.__name__}; "
+            f"choose the task with task={name} instead"
+        )
     if cfg.task.reward_modules:
         warnings.warn(REWARD_MODULES_DEPRECATED, FutureWarning, stacklevel=2)
         with open_dict(cfg):
@@ -155,7 +300,7 @@ def finish(cfg: DictConfig, deferred: list[Override] = ()) -> TrainConfig:
 
 def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "train") -> tuple[TrainConfig, DictConfig]:
     """Both phases, as the CLI runs them: the typed config and the composed DictConfig."""
-    steps = plan(list(overrides))
+    steps = plan(list(overrides), config_name=config_name)
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = hydra_compose(config_name, overrides=steps.hydra)

@@ -1,24 +1,43 @@
-"""``task.*``: where the prompts come from and how completions are rewarded.
+"""``task.*``: the options every task shares, and :data:`TASKS`, the registry of tasks.
 
-Reward names are checked where rewards live (:mod:`grpo_lightning.rewards`), not here: the
-schema imports nothing above it.
+A task (``grpo_lightning/tasks/<name>.py``, or a user's file given in ``plugins=[...]``) is one
+thing: its records, its rewards and its own options, a subclass of :class:`TaskConfig` declared
+in the task's file. The registry lives here, in the lowest layer, so the composition
+(:mod:`.compose`) can find the chosen task's options class (``TASKS.options(name)``) while
+importing nothing above the schema: the tasks register into it, the schema never imports them.
+
+Registering a task also stores its options (with empty rewards) as the Hydra config
+``task_schema/<name>``: ``conf/task/<name>.yaml`` starts from it (``/task_schema@_here_``), so
+whatever composes that file gets the task's own fields and types, plain Hydra included.
+
+:meth:`TaskConfig.promoted` turns a base instance into the named task's options with that
+task's defaults for the rest, so ``TrainConfig(task=TaskConfig(name="gsm"))`` and
+``TrainConfig(task=GsmTaskConfig(size=50))`` both work, and ``TrainConfig().task`` is the
+arithmetic task's own options (``ArithmeticTaskConfig``) once the tasks are registered
+(``import grpo_lightning`` registers them; the schema layer alone has only this base class). Reward names are checked where rewards live (:mod:`grpo_lightning.rewards`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, fields
+from typing import Optional
 
-from grpo_lightning.config.base import Schema, check, choice, option
+from hydra.core.config_store import ConfigStore
 
-TASKS = ("arithmetic", "reasoning_gym", "gsm", "dataset")
+from grpo_lightning.config.base import Schema, check, option
+from grpo_lightning.registry import Registry
+
+NAME_HELP = "The task: a name registered in grpo_lightning.tasks.TASKS (or by a plugin)."
+
+
+def task_name(default: str):
+    """The ``name`` field of a task's own options class: its default is that task."""
+    return option(default, NAME_HELP)
 
 
 @dataclass
 class TaskConfig(Schema):
-    name: str = option("arithmetic", f"The prompt source, one of {TASKS}.")
-    max_operand: int = option(9, "arithmetic: operands run from 0 to this value.")
-    operators: str = option("+", "arithmetic: operators to draw from, any of '+-*'.")
+    name: str = task_name("arithmetic")
     val_fraction: float = option(0.2, "Share of the prompts held out for validation.")
     seed: int = option(0, "Seed of the train / validation split.")
     rewards: dict[str, float] = option(
@@ -27,13 +46,6 @@ class TaskConfig(Schema):
     )
     correctness_reward: Optional[str] = option(
         "arithmetic_exact", "The reward whose score 1 means 'correct' (val/accuracy, val/pass@k); null: no evaluation."
-    )
-    dataset: str = option("basic_arithmetic", "reasoning_gym: the dataset name (e.g. basic_arithmetic, chain_sum).")
-    dataset_options: dict[str, Any] = option(
-        {}, "reasoning_gym: keyword arguments of the dataset's config, on top of its defaults (e.g. max_terms: 2)."
-    )
-    size: int = option(
-        1000, "reasoning_gym: problems generated (train + validation); gsm: at most this many of the 100 questions."
     )
     system_prompt: Optional[str] = option(
         None, "System message put before each prompt by the chat template; null keeps the tokenizer's default."
@@ -51,29 +63,31 @@ class TaskConfig(Schema):
     overlong_buffer_tokens: int = option(
         0, "overlong_penalty: the penalty ramps over the last this many tokens of the budget; 0: a fifth of it."
     )
-    path: Optional[str] = option(
-        None, "dataset: the training prompts, a .jsonl/.json/.parquet/.csv file or a datasets.save_to_disk folder."
-    )
-    val_path: Optional[str] = option(
-        None, "dataset: held-out prompts like task.path; null splits task.val_fraction off task.path."
-    )
-    prompt_column: str = option(
-        "prompt", "dataset: the prompt column (text or chat messages); other columns reach the rewards as kwargs."
-    )
     reward_modules: list[str] = option(
         [], "Deprecated alias of the top-level plugins=[...]: files or modules to import."
     )
 
+    def promoted(self) -> TaskConfig:
+        """These options as the named task's own options class (its defaults for the fields the
+        base lacks); ``self`` when they already are, or when the name is not registered."""
+        cls = TASKS.options(self.name) if self.name in TASKS else None
+        if cls is None or isinstance(self, cls) or type(self) is not TaskConfig:
+            return self
+        return cls(**{f.name: getattr(self, f.name) for f in fields(TaskConfig)})
+
     def check_fields(self, p: str) -> list[str]:
+        promoted = self.promoted()
+        if promoted is not self:  # a base TaskConfig: check it as the task it names
+            return promoted.check_fields(p)
         problems: list[str] = []
-        choice(problems, f"{p}name", self.name, TASKS)
+        if (problem := TASKS.problem(self.name, f"{p}name")) is not None:
+            problems.append(problem)
+        elif not isinstance(self, cls := TASKS.options(self.name) or TaskConfig):
+            problems.append(
+                f"{p}name={self.name!r} but the options are a {type(self).__name__}; "
+                f"task={self.name} takes a {cls.__name__}"
+            )
         check(problems, bool(self.rewards), f"{p}rewards is empty; name at least one reward function")
-        check(
-            problems,
-            self.name != "dataset" or bool(self.path),
-            "task=dataset needs task.path=PATH: a .jsonl, .json, .parquet or .csv file or a datasets.save_to_disk folder",
-        )
-        check(problems, self.size >= 1, f"{p}size={self.size} must be >= 1")
         check(
             problems,
             self.max_completion_chars >= 0,
@@ -81,3 +95,16 @@ class TaskConfig(Schema):
         )
         check(problems, 0 <= self.val_fraction < 1, f"{p}val_fraction={self.val_fraction} must be in [0, 1)")
         return problems
+
+
+class TaskRegistry(Registry):
+    """The registry of tasks; each one's options also become the Hydra config ``task_schema/<name>``."""
+
+    def add(self, name: str, entry, *, options: type | None = None):
+        entry = super().add(name, entry, options=options)
+        ConfigStore.instance().store(group="task_schema", name=name, node=(options or TaskConfig)(rewards={}))
+        return entry
+
+
+# task name -> records(options, check) -> (train, val), with the task's options dataclass.
+TASKS: TaskRegistry = TaskRegistry("task", "task.name")

@@ -6,6 +6,7 @@ that owns them through :func:`register_config_check`, so this layer imports noth
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,7 +44,10 @@ class TrainConfig(Schema):
         [], "Python files (path/to/x.py) or modules imported first; what they register can be named."
     )
     model: ModelConfig = option(ModelConfig(), "The policy.")
-    task: TaskConfig = option(TaskConfig(), "Prompts and rewards.")
+    task: TaskConfig = dataclasses.field(
+        default_factory=lambda: TaskConfig().promoted(),  # the arithmetic task's own options, once it is registered
+        metadata={"help": "The task: its prompts, rewards and options (task=<name> picks its options class)."},
+    )
     rollout: RolloutConfig = option(RolloutConfig(), "Generation of completions.")
     algorithm: AlgorithmConfig = option(AlgorithmConfig(), "The GRPO objective and optimizer.")
     trainer: TrainerConfig = option(TrainerConfig(), "The Lightning Trainer.")

@@ -1,6 +1,23 @@
-"""Prompt data: the DataModule and the tasks that fill it."""
+"""Prompt data: the DataModule, the sampler, prompt formatting and generic file loading
+(the tasks that fill it live in :mod:`grpo_lightning.tasks`).
 
-from grpo_lightning.data.arithmetic import arithmetic_records
-from grpo_lightning.data.datamodule import PromptDataModule
+``PromptDataModule`` loads on first use (PEP 562): the tasks import ``data.files`` while the
+config is composed, before the CLI applies ``trainer.huge_pages``, and Lightning must not be
+imported by then (see ``models/allocator.py``).
+"""
 
-__all__ = ["PromptDataModule", "arithmetic_records"]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from grpo_lightning.data.datamodule import PromptDataModule
+
+__all__ = ["PromptDataModule"]
+
+
+def __getattr__(name: str):
+    if name != "PromptDataModule":
+        raise AttributeError(f"module 'grpo_lightning.data' has no attribute {name!r}")
+    return importlib.import_module("grpo_lightning.data.datamodule").PromptDataModule

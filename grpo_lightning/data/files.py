@@ -1,22 +1,19 @@
-"""``task=dataset``: your own prompts from a file, read with Hugging Face ``datasets``.
+"""Prompt files read with Hugging Face ``datasets``, and prompts vetted with the tokenizer.
 
-``task.path`` is a ``.jsonl``, ``.json``, ``.parquet`` or ``.csv`` file, or a folder written by
-``datasets.Dataset.save_to_disk``. A prompt (``task.prompt_column``) is a string or a list of
-chat messages (TRL's conversational format); every other column reaches the reward
-functions as a keyword argument. :func:`check_prompts` rejects bad rows by file and row,
-with the tokenizer but before any model loads.
+A file is a ``.jsonl``, ``.json``, ``.parquet`` or ``.csv`` file, or a folder written by
+``datasets.Dataset.save_to_disk``. A prompt is a string or a list of chat messages (TRL's
+conversational format). :func:`check_prompts` rejects bad rows by file and row, with the
+tokenizer but before any model loads. ``task=dataset`` (grpo_lightning/tasks/dataset.py) is
+the task built on these.
 """
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from grpo_lightning.errors import DataError  # also importable from here, as before
+from grpo_lightning.errors import DataError
 
-if TYPE_CHECKING:
-    from grpo_lightning.config import TaskConfig
+__all__ = ["BUILDERS", "ROLES", "DataError", "check_prompts", "max_prompt_tokens", "prompt_check", "read_records"]
 
 BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 ROLES = ("system", "user", "assistant")
@@ -82,23 +79,6 @@ def _check_prompt_shape(prompt, path: str, row: int, column: str) -> None:
         f"{where} must be a string or a list of chat messages [{{'role': ..., 'content': ...}}], "
         f"got {type(prompt).__name__}: {str(prompt)[:80]!r}"
     )
-
-
-def dataset_records(task: TaskConfig, check=None) -> tuple[list[dict], list[dict]]:
-    """Train and validation records of ``task.path`` (and ``task.val_path``, or a seeded split);
-    ``check(records, source)`` runs on each file's rows as read."""
-    train = read_records(task.path, "task.path", task.prompt_column)
-    if check is not None:
-        check(train, task.path)
-    if task.val_path:
-        val = read_records(task.val_path, "task.val_path", task.prompt_column)
-        if check is not None:
-            check(val, task.val_path)
-        return train, val
-    order = list(range(len(train)))
-    random.Random(task.seed).shuffle(order)
-    num_val = int(len(train) * task.val_fraction)
-    return [train[i] for i in order[num_val:]], [train[i] for i in order[:num_val]]
 
 
 def check_prompts(records: list[dict], formatter, max_prompt_tokens: int, source: str, truncate: bool = False) -> int:

@@ -1,8 +1,9 @@
-"""Reward functions, their registry, and weighted scoring."""
+"""Reward functions, their registry, and weighted scoring.
 
-from grpo_lightning.rewards import arithmetic as _arithmetic  # noqa: F401  (registers rewards)
+The generic rewards live here; each task's own rewards live with it (``grpo_lightning/tasks/``)."""
+
+from grpo_lightning.rewards import generic as _generic  # noqa: F401  (registers rewards)
 from grpo_lightning.rewards import overlong as _overlong  # noqa: F401  (registers rewards)
-from grpo_lightning.rewards import tasks as _tasks  # noqa: F401  (registers rewards)
 from grpo_lightning.rewards.config_check import reward_name_problems
 from grpo_lightning.rewards.registry import REWARD_FUNCTIONS, get_reward, register_reward
 from grpo_lightning.rewards.scorer import RewardFunctionError, RewardScorer, WeightedReward

@@ -1,4 +1,5 @@
-"""Rewards of the real tasks: correctness (reasoning-gym, GSM), answer format, length penalty.
+"""Rewards any task can use: answer format and length penalty (correctness lives with each task,
+in ``grpo_lightning/tasks/<name>.py``).
 
 Each is a registered reward function ``(prompts, completions, **record_fields)``; a task
 names the ones it uses, with weights, in ``task.rewards`` (grpo_lightning/conf/task/*.yaml).
@@ -6,9 +7,7 @@ names the ones it uses, with weights, in ``task.rewards`` (grpo_lightning/conf/t
 
 from __future__ import annotations
 
-import math
-
-from grpo_lightning.rewards.answers import ANSWER_TAG, extract_answer, parse_number, tagged_answers
+from grpo_lightning.rewards.answers import ANSWER_TAG, tagged_answers
 from grpo_lightning.rewards.registry import register_reward
 
 
@@ -22,24 +21,6 @@ def answer_format(prompts: list[str], completions: list[str], **_) -> list[float
         well_formed = len(tags) == 1 and tags[0] != "" and completion[closing[-1].end() :].strip() == ""
         scores.append(float(well_formed))
     return scores
-
-
-@register_reward("gsm_exact")
-def gsm_exact(prompts: list[str], completions: list[str], answer: list[str], **_) -> list[float]:
-    """1.0 when the extracted number equals the reference (``"1,200"`` and ``"1200.0"`` match 1200)."""
-    scores = []
-    for completion, target in zip(completions, answer):
-        guess, truth = parse_number(extract_answer(completion)), parse_number(str(target))
-        scores.append(float(guess is not None and truth is not None and math.isclose(guess, truth, abs_tol=1e-6)))
-    return scores
-
-
-@register_reward("reasoning_gym")
-def reasoning_gym_correct(prompts: list[str], completions: list[str], entry: list[dict], **_) -> list[float]:
-    """The dataset's own ``score_answer(extracted answer, entry)`` (1.0 for correct, partial credit where it gives any)."""
-    from grpo_lightning.data.reasoning_gym import score_answer
-
-    return [score_answer(extract_answer(c), e) for c, e in zip(completions, entry)]
 
 
 @register_reward("length_penalty")

