@@ -1,7 +1,8 @@
 """Two-phase composition of the Hydra config groups (``grpo_lightning/conf``) onto :class:`TrainConfig`.
 
 Phase 1 reads ``plugins=[...]`` (and the deprecated ``task.reward_modules=[...]``) from the
-overrides and imports them, so whatever they register exists. Phase 2 composes every group onto
+overrides and imports them, so whatever they register exists, and stores the schema with a
+node for each registered entry's options (:func:`store_schema`). Phase 2 composes every group onto
 the schema, then refuses any key the schema does not declare, ``+`` or not (Hydra's ``+`` adds
 keys silently), naming the closest real one. ``task.rewards={...}`` (any dict-typed field)
 assigns: the override is held back from Hydra, which would merge it key-wise, and applied after.
@@ -28,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from grpo_lightning.config.base import schema_keys, unknown_key_message
+from grpo_lightning.config.nodes import with_plugin_nodes
 from grpo_lightning.config.task import TaskConfig
 from grpo_lightning.config.train import TrainConfig
 from grpo_lightning.errors import ConfigError
@@ -103,7 +105,16 @@ def plan(overrides: list[str] | tuple[str, ...], load: bool = True) -> Plan:
             if load:
                 load_plugins(entries, field=key)
             result.plugins += entries
+    store_schema()
     return result
+
+
+def store_schema() -> type[TrainConfig]:
+    """Store the schema with a node per registered entry's options (``algorithm.sapo``,
+    ``health.<check>``; config/nodes.py) for Hydra; run after the plug-ins are imported."""
+    schema = with_plugin_nodes(TrainConfig)
+    ConfigStore.instance().store(name="train_schema", node=schema(task=TaskConfig(rewards={})))
+    return schema
 
 
 def _apply(cfg: DictConfig, o: Override) -> None:
@@ -142,9 +153,10 @@ def finish(cfg: DictConfig, deferred: list[Override] = ()) -> TrainConfig:
             _apply(cfg, o)
     except OmegaConfBaseException as err:
         raise ConfigError(f"invalid override: {err}") from None
-    unknown = unknown_keys(cfg, TrainConfig)
+    schema = with_plugin_nodes(TrainConfig)
+    unknown = unknown_keys(cfg, schema)
     if unknown:
-        keys = schema_keys(TrainConfig)
+        keys = schema_keys(schema)
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(unknown_key_message(k, keys) for k in unknown))
     if cfg.task.reward_modules:
         warnings.warn(REWARD_MODULES_DEPRECATED, FutureWarning, stacklevel=2)
