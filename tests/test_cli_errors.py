@@ -50,7 +50,7 @@ def test_a_data_error_is_short_with_exit_2(monkeypatch, tmp_path, capsys):
     [
         ("algorithm.no_such_key=1", "algorithm.no_such_key is not a config field"),
         ("algorithm.beta=abc", "'abc' of type 'str' could not be converted to Float"),
-        ("task=no_such_task", "is not a registered task. Registered: ['arithmetic', 'dataset'"),
+        ("task=no_such_task", "is not a registered task. Registered: ['arithmetic'"),
         ("algorithm.beta=[", "algorithm.beta=["),
     ],
 )

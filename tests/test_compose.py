@@ -25,6 +25,7 @@ from grpo_lightning.config import (
 )
 from grpo_lightning.config.algorithm import divisors
 from grpo_lightning.config.compose import CONF_DIR, compose, schema
+from grpo_lightning.config.nodes import with_plugin_nodes
 from grpo_lightning.errors import ConfigError as BaseConfigError
 
 OUT = "trainer.output_dir=/tmp/unused"
@@ -182,7 +183,8 @@ def test_composed_groups_equal_the_dataclass_defaults_outside_what_their_yaml_se
             continue
         group = path.parent.name
         task = TaskConfig(name=path.stem).promoted() if group == "task" else TaskConfig()  # its own defaults
-        defaults = OmegaConf.to_container(OmegaConf.structured(TrainConfig(task=task)))
+        # The schema as composition builds it: a node per registered entry's options (algorithm.sapo, health.*).
+        defaults = OmegaConf.to_container(OmegaConf.structured(with_plugin_nodes(TrainConfig)(task=task)))
         _, raw = compose([OUT, f"{group}={path.stem}"])
         composed = OmegaConf.to_container(raw[group])
         own = OmegaConf.to_container(OmegaConf.load(path))

@@ -10,6 +10,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from grpo_lightning.config import HEALTH_CHECKS, ConfigError, HealthConfig, TrainConfig, validate_config
+from grpo_lightning.config.compose import plan
+from grpo_lightning.config.nodes import with_plugin_nodes
 from grpo_lightning.train import CONF_DIR, to_train_config  # noqa: F401 (registers the schema)
 
 
@@ -22,7 +24,10 @@ def _all_fields(cls):
 
 
 def test_every_health_field_has_help_text():
-    missing = [f"{cls.__name__}.{f.name}" for cls, f in _all_fields(HealthConfig) if not f.metadata.get("help")]
+    """Every check's node (health.<check>, built from the registry) and every field in it."""
+    schema = with_plugin_nodes(HealthConfig)
+    assert set(HEALTH_CHECKS) <= {f.name for f in fields(schema)}
+    missing = [f"{cls.__name__}.{f.name}" for cls, f in _all_fields(schema) if not f.metadata.get("help")]
     assert missing == []
 
 
@@ -37,11 +42,13 @@ def test_invalid_health_values_are_named():
 
 
 def test_hydra_composes_the_health_group_with_the_dataclass_defaults():
+    # Phase 1 (plan) stores the schema with a node per registered check; Hydra composes onto it.
+    steps = plan(["health.degenerate.action=raise", "trainer.output_dir=out"])
     with initialize_config_dir(config_dir=str(Path(CONF_DIR)), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=["health.degenerate.action=raise", "trainer.output_dir=out"])
+        cfg = compose(config_name="train", overrides=steps.hydra)
     train = to_train_config(cfg)
     assert train.health.degenerate.action == "raise"
-    expected = asdict(HealthConfig())
+    expected = asdict(with_plugin_nodes(HealthConfig)())
     expected["degenerate"]["action"] = "raise"
     assert asdict(train.health) == expected
     assert set(HEALTH_CHECKS) <= set(OmegaConf.to_container(cfg.health))

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from conftest import fit, make_config
 
-from grpo_lightning.config import RewardHackingCheckConfig
 from grpo_lightning.health import RewardHackingCheck
+from grpo_lightning.health.reward_hacking import RewardHackingCheckConfig
 from grpo_lightning.rewards import register_reward
 
 

@@ -74,11 +74,10 @@ def test_validation_lists_the_registered_variants():
     with pytest.raises(ConfigError) as err:
         validate_config(cfg)
     message = str(err.value)
-    assert f"algorithm.policy_loss='ppo2' is not allowed; choose one of {list(POLICY_LOSSES.names)}" in message
-    assert (
-        f"algorithm.advantage_estimator='vtrace' is not allowed; choose one of {list(ADVANTAGE_ESTIMATORS.names)}"
-        in message
-    )
+    assert "algorithm.policy_loss='ppo2' is not a registered policy loss" in message
+    assert f"Registered: {sorted(POLICY_LOSSES.names)}" in message
+    assert "algorithm.advantage_estimator='vtrace' is not a registered advantage estimator" in message
+    assert f"Registered: {sorted(ADVANTAGE_ESTIMATORS.names)}" in message
 
 
 def test_grpo_is_the_default_and_matches_the_plain_math(rollout):

@@ -84,7 +84,7 @@ def test_config_rejects_bad_task_and_eval_fields():
         validate_config(cfg)
     message = str(err.value)
     assert "task.name='mmlu' is not a registered task" in message and "reasoning_gym" in message
-    assert "task.correctness_reward='accuracy' is not allowed" in message
+    assert "task.correctness_reward='accuracy' is not a registered reward function" in message
     assert "eval.pass_k=-1" in message and "eval.batch_size=0" in message
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from grpo_lightning.algorithm.registry import make_registry
+from grpo_lightning.registry import Registry
 
 ADVANTAGE_SCALES = ("group", "batch", "none")
 
@@ -98,7 +98,7 @@ class AdvantageEstimator:
     fn: AdvantageEstimatorFn
 
 
-ADVANTAGE_ESTIMATORS = make_registry("advantage estimator", "algorithm.advantage_estimator")
+ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator", "algorithm.advantage_estimator")
 
 
 def register_advantage_estimator(name: str) -> Callable[[AdvantageEstimatorFn], AdvantageEstimatorFn]:

@@ -16,19 +16,44 @@ the whole batch and ``L`` the maximum completion length:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
-LOSS_AGG_MODES = (
-    "token_mean",
-    "seq_mean_token_mean",
-    "seq_mean_token_sum",
-    "seq_mean_token_sum_norm",
+from grpo_lightning.registry import Registry
+
+
+@dataclass(frozen=True)
+class AggregationMode:
+    """A registered aggregation: its batch normalizer and its per-micro-batch numerator."""
+
+    normalizer: Callable[[torch.Tensor, int], torch.Tensor]  # (float mask [B, T], horizon L) -> scalar
+    numerator: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (masked loss, mask) -> scalar
+
+
+LOSS_AGG_MODES: Registry[AggregationMode] = Registry("loss aggregation mode", "algorithm.loss_agg")
+
+
+def _token_sum(masked: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return masked.sum()
+
+
+def _sequence_means(masked: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    # A sequence with no tokens contributes 0 (its clamp(min=1) denominator is harmless).
+    return (masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).sum()
+
+
+def _num_seqs(mask: torch.Tensor, horizon: int) -> torch.Tensor:
+    return mask.new_tensor(float(mask.shape[0]))
+
+
+LOSS_AGG_MODES.add("token_mean", AggregationMode(lambda mask, horizon: mask.sum(), _token_sum))
+LOSS_AGG_MODES.add("seq_mean_token_mean", AggregationMode(_num_seqs, _sequence_means))
+LOSS_AGG_MODES.add("seq_mean_token_sum", AggregationMode(_num_seqs, _token_sum))
+LOSS_AGG_MODES.add(
+    "seq_mean_token_sum_norm", AggregationMode(lambda mask, horizon: _num_seqs(mask, horizon) * horizon, _token_sum)
 )
-
-
-def _check_mode(mode: str) -> None:
-    if mode not in LOSS_AGG_MODES:
-        raise ValueError(f"loss aggregation mode must be one of {LOSS_AGG_MODES}, got {mode!r}")
 
 
 def loss_normalizer(mask: torch.Tensor, mode: str, max_len: int | None = None) -> torch.Tensor:
@@ -37,26 +62,14 @@ def loss_normalizer(mask: torch.Tensor, mode: str, max_len: int | None = None) -
     Compute it over the whole generation batch (and sum it over ranks) before the first
     backward, then pass it to :func:`aggregate` for every micro-batch.
     """
-    _check_mode(mode)
-    mask = mask.float()
-    if mode == "token_mean":
-        return mask.sum()
-    num_seqs = mask.new_tensor(float(mask.shape[0]))
-    if mode == "seq_mean_token_sum_norm":
-        horizon = mask.shape[1] if max_len is None else max_len
-        return num_seqs * horizon
-    return num_seqs
+    return LOSS_AGG_MODES[mode].normalizer(mask.float(), mask.shape[1] if max_len is None else max_len)
 
 
 def aggregate_numerator(per_token: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
     """The part of the loss that is a plain sum over the sequences of this micro-batch."""
-    _check_mode(mode)
+    agg = LOSS_AGG_MODES[mode]
     mask = mask.to(per_token.dtype)
-    masked = per_token * mask
-    if mode == "seq_mean_token_mean":
-        # A sequence with no tokens contributes 0 (its clamp(min=1) denominator is harmless).
-        return (masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).sum()
-    return masked.sum()
+    return agg.numerator(per_token * mask, mask)
 
 
 def aggregate(

@@ -17,12 +17,12 @@ it. The gradient-accumulation exactness test runs over every registered loss.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import torch
 
-from grpo_lightning.algorithm.registry import make_registry
+from grpo_lightning.registry import Registry
 
 LOG_RATIO_CLAMP = 20.0
 
@@ -65,14 +65,19 @@ class PolicyLoss:
     ratio_one_identity: bool  # F5: policy term == aggregate(-A) when the ratio is 1
 
 
-POLICY_LOSSES = make_registry("policy loss", "algorithm.policy_loss")
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", "algorithm.policy_loss")
 
 
-def register_policy_loss(name: str, *, ratio_one_identity: bool) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Register ``fn(inputs, cfg) -> PolicyLossOutput`` as ``algorithm.policy_loss=name``."""
+def register_policy_loss(
+    name: str, *, ratio_one_identity: bool, options: type | None = None
+) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Register ``fn(inputs, cfg) -> PolicyLossOutput`` as ``algorithm.policy_loss=name``.
+
+    ``options``: a dataclass of the loss's own settings; the config gets them as
+    ``algorithm.<name>.*`` and the loss reads them as ``cfg.<name>``."""
 
     def decorate(fn: PolicyLossFn) -> PolicyLossFn:
-        POLICY_LOSSES.add(name, PolicyLoss(name, fn, ratio_one_identity))
+        POLICY_LOSSES.add(name, PolicyLoss(name, fn, ratio_one_identity), options=options)
         return fn
 
     return decorate
@@ -210,13 +215,28 @@ def cispo_loss(inputs: PolicyLossInputs, cfg: Any) -> PolicyLossOutput:
     )
 
 
-@register_policy_loss("sapo", ratio_one_identity=False)
+@dataclass
+class SapoOptions:
+    """Temperatures of SAPO's soft gate (``algorithm.sapo.*``)."""
+
+    tau_pos: float = field(
+        default=1.0, metadata={"help": "Temperature of the soft gate for positive advantages (> 0)."}
+    )
+    tau_neg: float = field(
+        default=1.05, metadata={"help": "Temperature of the soft gate for negative advantages (> 0)."}
+    )
+
+    def check_fields(self, p: str) -> list[str]:
+        return [f"{p}{name}={value} must be > 0" for name, value in vars(self).items() if not value > 0]
+
+
+@register_policy_loss("sapo", ratio_one_identity=False, options=SapoOptions)
 def sapo_loss(inputs: PolicyLossInputs, cfg: Any) -> PolicyLossOutput:
     """SAPO, Soft Adaptive Policy Optimization (Gao et al. 2025, Qwen, arXiv 2511.20347): a
     smooth, temperature-controlled gate replaces the hard clip:
 
         f(r) = (4 / tau) * sigmoid(tau * (r - 1)),   loss_t = -f(r_t) * A,
-        tau = sapo_tau_pos where A > 0, sapo_tau_neg where A <= 0
+        tau = algorithm.sapo.tau_pos where A > 0, algorithm.sapo.tau_neg where A <= 0
 
     so ``grad loss_t = -4 sigmoid(x)(1 - sigmoid(x)) * r_t * A * grad log pi(y_t)`` with
     ``x = tau (r_t - 1)``: weight 1 at ratio 1, decaying smoothly as the ratio drifts (faster
@@ -229,7 +249,7 @@ def sapo_loss(inputs: PolicyLossInputs, cfg: Any) -> PolicyLossOutput:
     """
     adv = _per_token(inputs.advantages)
     ratio = _token_ratio(inputs.logp, inputs.old_logp)
-    tau = torch.where(adv > 0, cfg.sapo_tau_pos, cfg.sapo_tau_neg).to(ratio.dtype)
+    tau = torch.where(adv > 0, cfg.sapo.tau_pos, cfg.sapo.tau_neg).to(ratio.dtype)
     gate = (4.0 / tau) * torch.sigmoid(tau * (ratio - 1.0))
     loss = -gate * adv
     never = torch.zeros_like(loss, dtype=torch.bool)

@@ -19,7 +19,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from grpo_lightning.config import HEALTH_CHECKS, HealthConfig
-from grpo_lightning.health import CHECK_CLASSES, Alert, HealthCheck, HealthCheckError, HealthWarning, StepView
+from grpo_lightning.health import Alert, HealthCheck, HealthCheckError, HealthWarning, StepView
 from grpo_lightning.health.alerts import Finding
 from grpo_lightning.health.fingerprints import TextHashes
 from grpo_lightning.plain_state import RefusedState, from_plain, to_plain
@@ -29,7 +29,7 @@ class HealthMonitor(L.Callback):
     def __init__(self, config: HealthConfig | None = None, checks: list[HealthCheck] | None = None):
         self.config = config or HealthConfig()
         if checks is None:
-            checks = [CHECK_CLASSES[name](getattr(self.config, name)) for name in HEALTH_CHECKS]
+            checks = [check_cls(getattr(self.config, name)) for name, check_cls in HEALTH_CHECKS.items()]
         self.checks = [c for c in checks if c.action != "ignore"]
         self.alerts: list[Alert] = []
         self.last_metrics: dict[str, float] = {}

@@ -9,20 +9,7 @@ The schema is the lowest layer: it imports nothing from rewards/, data/, models/
 from grpo_lightning.config.algorithm import AlgorithmConfig
 from grpo_lightning.config.base import Schema, UnknownFieldError, field_help
 from grpo_lightning.config.eval import EvalConfig
-from grpo_lightning.config.health import (
-    HEALTH_ACTIONS,
-    HEALTH_CHECKS,
-    DegenerateCheckConfig,
-    DiversityCheckConfig,
-    DuplicatesCheckConfig,
-    HealthConfig,
-    NonFiniteCheckConfig,
-    NormalizationCheckConfig,
-    NoUpdateCheckConfig,
-    RewardHackingCheckConfig,
-    RewardSignalCheckConfig,
-    TruncationCheckConfig,
-)
+from grpo_lightning.config.health import HEALTH_ACTIONS, HEALTH_CHECKS, CheckConfig, HealthConfig
 from grpo_lightning.config.logger import LOGGERS, LoggerConfig
 from grpo_lightning.config.model import (
     CHECKPOINTING_MODES,
@@ -58,27 +45,19 @@ __all__ = [
     "STRATEGIES",
     "TASKS",
     "AlgorithmConfig",
+    "CheckConfig",
     "ConfigError",
-    "DegenerateCheckConfig",
-    "DiversityCheckConfig",
-    "DuplicatesCheckConfig",
     "EvalConfig",
     "HealthConfig",
     "LoggerConfig",
     "LoraModelConfig",
     "ModelConfig",
-    "NoUpdateCheckConfig",
-    "NonFiniteCheckConfig",
-    "NormalizationCheckConfig",
-    "RewardHackingCheckConfig",
-    "RewardSignalCheckConfig",
     "RolloutConfig",
     "Schema",
     "TaskConfig",
     "TinyModelConfig",
     "TrainConfig",
     "TrainerConfig",
-    "TruncationCheckConfig",
     "UnknownFieldError",
     "VLLMConfig",
     "VLLMServerConfig",

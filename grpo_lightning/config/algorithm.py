@@ -1,6 +1,6 @@
 """``algorithm.*``: the GRPO objective (loss, advantages, KL, aggregation) and the optimizer.
 
-The variant names are checked against the registries of :mod:`grpo_lightning.algorithm`, a
+The variant names are checked (closest match named) against the registries of :mod:`grpo_lightning.algorithm`, a
 lower layer (pure tensor math that imports no config), so a newly registered variant is valid.
 """
 
@@ -18,7 +18,8 @@ from grpo_lightning.algorithm import (
     POLICY_LOSSES,
 )
 from grpo_lightning.algorithm.lr_schedule import LR_SCHEDULES
-from grpo_lightning.config.base import Schema, check, choice, option
+from grpo_lightning.config.base import check, choice, option
+from grpo_lightning.config.nodes import PluginNodes
 
 AUTO_MICRO_BATCH_MAX = 32  # micro_batch_size=auto: the largest divisor of the batch up to this
 
@@ -28,14 +29,22 @@ def divisors(n: int) -> list[int]:
 
 
 @dataclass
-class AlgorithmConfig(Schema):
+class AlgorithmConfig(PluginNodes):
+    """A policy loss registered with options gets them here, as ``algorithm.<loss name>.*``
+    (``algorithm.sapo.tau_pos``): every loss's node exists, selected or not, so switching
+    ``policy_loss`` on the command line never changes which keys are valid."""
+
+    node_registries = (POLICY_LOSSES,)
+
     policy_loss: str = option("grpo", "Registered policy loss (grpo_lightning/algorithm/policy_loss.py).")
     advantage_estimator: str = option(
         "grpo", "Registered advantage estimator (grpo_lightning/algorithm/advantages.py)."
     )
     beta: float = option(0.04, "KL coefficient (>= 0); 0 loads no reference model.")
-    kl_estimator: str = option("k3", f"Per-token KL estimator, one of {KL_ESTIMATORS}.")
-    loss_agg: str = option("seq_mean_token_mean", f"Loss aggregation for policy and KL terms, one of {LOSS_AGG_MODES}.")
+    kl_estimator: str = option("k3", f"Per-token KL estimator, one of {KL_ESTIMATORS.names}.")
+    loss_agg: str = option(
+        "seq_mean_token_mean", f"Loss aggregation for policy and KL terms, one of {LOSS_AGG_MODES.names}."
+    )
     advantage_scale: str = option(
         "group",
         f"advantage_estimator=grpo: scaling of the centered rewards, one of {ADVANTAGE_SCALES} (none: Dr. GRPO).",
@@ -61,8 +70,6 @@ class AlgorithmConfig(Schema):
     )
     is_level: str = option("none", f"Truncated importance sampling (engine vs trainer log-probs), one of {IS_LEVELS}.")
     is_cap: float = option(2.0, "Upper bound of the truncated importance weight (> 0).")
-    sapo_tau_pos: float = option(1.0, "policy_loss=sapo: temperature of the soft gate for positive advantages (> 0).")
-    sapo_tau_neg: float = option(1.05, "policy_loss=sapo: temperature of the soft gate for negative advantages (> 0).")
     entropy_coef: float = option(0.0, "Entropy bonus: loss -= entropy_coef x aggregate(entropy); 0 turns it off.")
     lr_schedule: str = option("constant", f"Learning-rate schedule after the warm-up, one of {LR_SCHEDULES}.")
     mask_truncated: bool = option(
@@ -71,10 +78,10 @@ class AlgorithmConfig(Schema):
 
     def check_fields(self, p: str) -> list[str]:
         problems: list[str] = []
-        choice(problems, f"{p}policy_loss", self.policy_loss, POLICY_LOSSES.names)
-        choice(problems, f"{p}advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS.names)
-        choice(problems, f"{p}kl_estimator", self.kl_estimator, KL_ESTIMATORS)
-        choice(problems, f"{p}loss_agg", self.loss_agg, LOSS_AGG_MODES)
+        for registry in (POLICY_LOSSES, ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES):
+            field = registry.config_field.rpartition(".")[2]
+            if (problem := registry.problem(getattr(self, field), p + field)) is not None:
+                problems.append(problem)
         choice(problems, f"{p}advantage_scale", self.advantage_scale, ADVANTAGE_SCALES)
         choice(problems, f"{p}is_level", self.is_level, IS_LEVELS)
         choice(problems, f"{p}lr_schedule", self.lr_schedule, LR_SCHEDULES)
@@ -100,8 +107,6 @@ class AlgorithmConfig(Schema):
         )
         check(problems, self.logprob_chunk_mb > 0, f"{p}logprob_chunk_mb={self.logprob_chunk_mb} must be > 0")
         check(problems, self.is_cap > 0, f"{p}is_cap={self.is_cap} must be > 0")
-        check(problems, self.sapo_tau_pos > 0, f"{p}sapo_tau_pos={self.sapo_tau_pos} must be > 0")
-        check(problems, self.sapo_tau_neg > 0, f"{p}sapo_tau_neg={self.sapo_tau_neg} must be > 0")
         check(problems, self.entropy_coef >= 0, f"{p}entropy_coef={self.entropy_coef} must be >= 0 (0 = off)")
         check(problems, self.warmup_steps >= 0, f"{p}warmup_steps={self.warmup_steps} must be >= 0")
         return problems

@@ -1,7 +1,9 @@
 """Two-phase composition of the Hydra config groups (``grpo_lightning/conf``) onto :class:`TrainConfig`.
 
 Phase 1 reads ``plugins=[...]`` (and the deprecated ``task.reward_modules=[...]``) from the
-overrides and imports them, so whatever they register exists; then it finds the chosen task
+overrides and imports them, so whatever they register exists, and stores the schema with a node
+for each registered entry's options (:func:`store_schema`: ``algorithm.sapo``, ``health.<check>``);
+then it finds the chosen task
 (``task.name=``, else the ``task`` group option Hydra's defaults list picks, presets included)
 and checks the overrides' keys against the schema with that task's own options class
 (``TASKS.options(name)``): ``task.max_operand`` is a field under ``task=arithmetic`` and an
@@ -36,6 +38,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from grpo_lightning.config.base import unknown_key_message
+from grpo_lightning.config.nodes import with_plugin_nodes
 from grpo_lightning.config.task import TASKS, TaskConfig
 from grpo_lightning.config.train import TrainConfig
 from grpo_lightning.errors import ConfigError
@@ -54,7 +57,7 @@ def schema(task: str = DEFAULT_TASK) -> TrainConfig:
     Python is the arithmetic task and must run as it is, so conf/task/arithmetic.yaml names the
     same rewards (tests/test_config.py checks they agree)."""
     cls = (TASKS.options(task) if task in TASKS else None) or TaskConfig
-    return TrainConfig(task=cls(rewards={}))
+    return with_plugin_nodes(TrainConfig)(task=cls(rewards={}))
 
 
 SCHEMA = TrainConfig(task=TaskConfig(rewards={}))  # what Hydra composes onto; each task file adds its options
@@ -78,9 +81,6 @@ def schema_paths(node: Any, prefix: str = "") -> tuple[list[str], set[str]]:
         elif typing.get_origin(hints[f.name]) is dict:
             dicts.add(path)
     return keys, dicts
-
-
-DICT_FIELDS = schema_paths(schema())[1]  # the default task's; a plan has its chosen task's
 
 
 @dataclass
@@ -214,6 +214,7 @@ def plan(overrides: list[str] | tuple[str, ...], load: bool = True, config_name:
                 load_plugins(entries, field=o.key_or_group)
             result.plugins += entries
     _store_plugin_tasks()
+    store_schema()
     result.task = _chosen_task(parsed, config_name)
     keys, dicts = schema_paths(schema(result.task or DEFAULT_TASK))
     if result.task is None:  # any task's dict fields (task.dataset_options) assign
@@ -233,6 +234,14 @@ def plan(overrides: list[str] | tuple[str, ...], load: bool = True, config_name:
         else:
             result.hydra.append(text)
     return result
+
+
+def store_schema() -> type[TrainConfig]:
+    """Store the schema with a node per registered entry's options (``algorithm.sapo``,
+    ``health.<check>``; config/nodes.py) for Hydra; run after the plug-ins are imported."""
+    built = with_plugin_nodes(TrainConfig)
+    ConfigStore.instance().store(name="train_schema", node=built(task=TaskConfig(rewards={})))
+    return built
 
 
 def _apply(cfg: DictConfig, o: Override) -> None:
@@ -279,11 +288,12 @@ def finish(cfg: DictConfig, deferred: list[Override] = ()) -> TrainConfig:
             _apply(cfg, o)
     except OmegaConfBaseException as err:
         raise ConfigError(f"invalid override: {err}") from None
-    unknown = unknown_keys(cfg, TrainConfig)
+    built = with_plugin_nodes(TrainConfig)
+    unknown = unknown_keys(cfg, built)
     task_cls = OmegaConf.get_type(cfg.task) if isinstance(cfg.get("task"), DictConfig) else None
     task_cls = task_cls if is_dataclass(task_cls) else TaskConfig
     if unknown:
-        keys = schema_paths(TrainConfig(task=task_cls()))[0]
+        keys = schema_paths(built(task=task_cls()))[0]
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(unknown_key_message(k, keys) for k in unknown))
     name = cfg.task.name
     if name in TASKS and TASKS.options(name) not in (None, task_cls):

@@ -1,11 +1,14 @@
 """Health checks that diagnose the failures F1-F7 (docs/failure_modes.md) while a run trains.
 
+Each check is one file that registers its class and its options dataclass
+(``@register_check(Options)``, ``health.<name>.*``); importing this package registers them all.
 Each check reads one step (:class:`StepView`), returns sums that the monitor adds over
 ranks, and turns the totals into metrics and, when the step looks wrong, a ``Finding``.
 The callback (:class:`grpo_lightning.callbacks.HealthMonitor`) applies patience and the
 configured action and writes the diagnosis.
 """
 
+from grpo_lightning.config.health import HEALTH_CHECKS
 from grpo_lightning.health.alerts import ACTIONS, Alert, Finding, HealthCheckError, HealthWarning
 from grpo_lightning.health.base import HealthCheck
 from grpo_lightning.health.degenerate import DegenerateOutputCheck
@@ -19,20 +22,8 @@ from grpo_lightning.health.reward_signal import RewardSignalCheck
 from grpo_lightning.health.truncation import TruncationCheck
 from grpo_lightning.health.view import StepView
 
-CHECK_CLASSES = {
-    cls.name: cls
-    for cls in (
-        DiversityCheck,
-        CrossRankDuplicatesCheck,
-        NonFiniteCheck,
-        DegenerateOutputCheck,
-        NoUpdateCheck,
-        RewardSignalCheck,
-        NormalizationCheck,
-        RewardHackingCheck,
-        TruncationCheck,
-    )
-}
+# Every registered check class by name (the built-in ones above, and any a plug-in file adds).
+CHECK_CLASSES = HEALTH_CHECKS.entries
 
 __all__ = [
     "ACTIONS",

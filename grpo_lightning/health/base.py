@@ -8,10 +8,55 @@ the keys of ``measure`` fixed (the same on every rank and every step).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
+from grpo_lightning.config.base import check, option
+from grpo_lightning.config.health import HEALTH_CHECKS, PATIENCE_HELP, CheckConfig
 from grpo_lightning.health.alerts import Finding
 from grpo_lightning.health.view import StepView
+
+
+@dataclass
+class ExcessCheckConfig(CheckConfig):
+    """Options of a duplicate-counting check (F1, F2)."""
+
+    excess_ratio: float = option(
+        3.0, "Alert when the samples with a duplicate exceed this multiple of the expected ..."
+    )
+    min_excess_frac: float = option(0.2, "... plus this fraction of the samples (a floor against chance).")
+
+    def check_fields(self, p: str) -> list[str]:
+        problems = super().check_fields(p)
+        check(problems, self.excess_ratio >= 1, f"{p}excess_ratio={self.excess_ratio} must be >= 1")
+        check(problems, 0 <= self.min_excess_frac < 1, f"{p}min_excess_frac={self.min_excess_frac} must be in [0, 1)")
+        return problems
+
+
+@dataclass
+class WindowCheckConfig(CheckConfig):
+    """Options of a check that averages over a window of steps."""
+
+    patience: int = option(1, PATIENCE_HELP)
+    window: int = option(20, "Steps the check averages over.")
+
+    def check_fields(self, p: str) -> list[str]:
+        problems = super().check_fields(p)
+        check(problems, self.window >= 2, f"{p}window={self.window} must be >= 2")
+        return problems
+
+
+def register_check(options: type) -> Callable[[type[HealthCheck]], type[HealthCheck]]:
+    """Register a check class under its ``name`` with its options dataclass: the config gets
+    ``health.<name>.*`` and the monitor runs the check (one decorator, no central list)."""
+
+    def decorate(cls: type[HealthCheck]) -> type[HealthCheck]:
+        HEALTH_CHECKS.add(cls.name, cls, options=options)
+        return cls
+
+    return decorate
 
 
 class HealthCheck:

@@ -20,14 +20,48 @@ nats while correctness falls to zero is flagged.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
+from grpo_lightning.config.base import check, option
 from grpo_lightning.health.alerts import Finding
-from grpo_lightning.health.base import HealthCheck
+from grpo_lightning.health.base import PATIENCE_HELP, CheckConfig, HealthCheck, register_check
 from grpo_lightning.health.view import StepView
 
 
+@dataclass
+class DegenerateCheckConfig(CheckConfig):
+    """F3: one-token-repeated completions, entropy collapse."""
+
+    patience: int = option(3, PATIENCE_HELP)
+    min_tokens: int = option(4, "F3: a completion of at least this many copies of one token (EOS aside) is degenerate.")
+    max_degenerate_frac: float = option(0.5, "F3: alert when more than this fraction of the completions is degenerate.")
+    min_entropy: float = option(1e-3, "F3: alert when the policy's mean per-token entropy (nats) falls below this.")
+    entropy_collapse_ratio: float = option(
+        0.25, "Also alert when entropy falls below this fraction of its start while correctness fell or is 0."
+    )
+    entropy_baseline_steps: int = option(
+        5, "Steps whose mean entropy and correctness are the run's start (and the recent correctness window)."
+    )
+
+    def check_fields(self, p: str) -> list[str]:
+        problems = super().check_fields(p)
+        check(
+            problems,
+            0 < self.entropy_collapse_ratio < 1,
+            f"{p}entropy_collapse_ratio={self.entropy_collapse_ratio} must be in (0, 1)",
+        )
+        check(
+            problems,
+            self.entropy_baseline_steps >= 1,
+            f"{p}entropy_baseline_steps={self.entropy_baseline_steps} must be >= 1",
+        )
+        check(problems, self.min_tokens >= 2, f"{p}min_tokens={self.min_tokens} must be >= 2")
+        return problems
+
+
+@register_check(DegenerateCheckConfig)
 class DegenerateOutputCheck(HealthCheck):
     name = "degenerate"
     failure = "F3"

@@ -14,13 +14,26 @@ previous completions only as often as those completions are likely.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from grpo_lightning.config.base import option
 from grpo_lightning.health.alerts import Finding
-from grpo_lightning.health.base import HealthCheck, excess
+from grpo_lightning.health.base import ExcessCheckConfig, HealthCheck, excess, register_check
 from grpo_lightning.health.view import StepView
 
 
+@dataclass
+class DiversityCheckConfig(ExcessCheckConfig):
+    """F1: identical completions within a group or across steps."""
+
+    memory_prompts: int = option(
+        10000, "Prompts whose last completions are remembered to spot a repeat at a later step; 0 turns that off."
+    )
+
+
+@register_check(DiversityCheckConfig)
 class DiversityCheck(HealthCheck):
     name = "diversity"
     failure = "F1"

@@ -9,15 +9,23 @@ Duplicates within one rank's group are the diversity check's business (F1).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from grpo_lightning.health.alerts import Finding
-from grpo_lightning.health.base import HealthCheck, excess
+from grpo_lightning.health.base import ExcessCheckConfig, HealthCheck, excess, register_check
 from grpo_lightning.health.view import StepView
 
 _ZEROS = {"samples": 0.0, "shared": 0.0, "dup_obs": 0.0, "dup_exp": 0.0, "dup_possible": 0.0}
 
 
+@dataclass
+class DuplicatesCheckConfig(ExcessCheckConfig):
+    """F2: the same completions on several ranks."""
+
+
+@register_check(DuplicatesCheckConfig)
 class CrossRankDuplicatesCheck(HealthCheck):
     name = "duplicates"
     failure = "F2"

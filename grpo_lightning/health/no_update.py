@@ -10,11 +10,13 @@ reference stuck at exactly zero while beta > 0, although earlier steps had a gra
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
+from grpo_lightning.config.base import check, option
 from grpo_lightning.health.alerts import Finding
-from grpo_lightning.health.base import HealthCheck
+from grpo_lightning.health.base import CheckConfig, HealthCheck, register_check
 from grpo_lightning.health.view import StepView
 
 
@@ -67,6 +69,23 @@ class ParameterSnapshot:
         return float(torch.linalg.vector_norm(torch.cat(self.views) - self.flat))
 
 
+@dataclass
+class NoUpdateCheckConfig(CheckConfig):
+    """F4: zero parameter update; KL stuck at exactly zero."""
+
+    min_update_norm: float = option(0.0, "F4: an update norm at or below this (after a step with a gradient) is none.")
+    min_grad_norm: float = option(1e-12, "F4: a gradient norm above this counts as 'the loss had a gradient'.")
+    tracked_per_tensor: int = option(
+        256, "F4: weights sampled (strided) from every trainable tensor and compared before/after each step."
+    )
+
+    def check_fields(self, p: str) -> list[str]:
+        problems = super().check_fields(p)
+        check(problems, self.tracked_per_tensor >= 1, f"{p}tracked_per_tensor={self.tracked_per_tensor} must be >= 1")
+        return problems
+
+
+@register_check(NoUpdateCheckConfig)
 class NoUpdateCheck(HealthCheck):
     name = "no_update"
     failure = "F4"

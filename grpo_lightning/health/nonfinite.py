@@ -8,13 +8,24 @@ speaks up at the first event, while the run can still be saved by a config chang
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from grpo_lightning.config.base import option
 from grpo_lightning.health.alerts import Finding
-from grpo_lightning.health.base import HealthCheck
+from grpo_lightning.health.base import PATIENCE_HELP, CheckConfig, HealthCheck, register_check
 from grpo_lightning.health.view import StepView
 
 
+@dataclass
+class NonFiniteCheckConfig(CheckConfig):
+    """F3: non-finite log-probs, losses, gradients; skipped steps."""
+
+    patience: int = option(1, PATIENCE_HELP + " 1: speak up at the first non-finite value.")
+
+
+@register_check(NonFiniteCheckConfig)
 class NonFiniteCheck(HealthCheck):
     name = "nonfinite"
     failure = "F3"

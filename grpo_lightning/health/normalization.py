@@ -16,11 +16,14 @@ Two independent tests:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from grpo_lightning.algorithm import POLICY_LOSSES, compute_advantages
+from grpo_lightning.config.base import option
 from grpo_lightning.health.alerts import Finding
-from grpo_lightning.health.base import HealthCheck
+from grpo_lightning.health.base import PATIENCE_HELP, CheckConfig, HealthCheck, register_check
 from grpo_lightning.health.view import StepView
 
 NORMALIZER_MEANING = {
@@ -31,6 +34,16 @@ NORMALIZER_MEANING = {
 }
 
 
+@dataclass
+class NormalizationCheckConfig(CheckConfig):
+    """F5: one aggregation mode and normalizer for every loss term."""
+
+    patience: int = option(1, PATIENCE_HELP)
+    rtol: float = option(1e-4, "F5: relative tolerance of the ratio-1 identity policy term == aggregate(-advantages).")
+    atol: float = option(1e-6, "F5: absolute tolerance of the same identity.")
+
+
+@register_check(NormalizationCheckConfig)
 class NormalizationCheck(HealthCheck):
     name = "normalization"
     failure = "F5"

@@ -25,12 +25,29 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from dataclasses import dataclass
 
+from grpo_lightning.config.base import option
 from grpo_lightning.health.alerts import Finding
-from grpo_lightning.health.base import HealthCheck
+from grpo_lightning.health.base import HealthCheck, WindowCheckConfig, register_check
 from grpo_lightning.health.view import StepView
 
 
+@dataclass
+class RewardHackingCheckConfig(WindowCheckConfig):
+    """Shaping rewards rising while correctness falls or stays 0; held-out accuracy falls."""
+
+    window: int = option(20, "Steps compared as an early and a late half (training rewards).")
+    min_rise: float = option(0.1, "A shaping reward 'rises' when its mean gained more than this (and two std errors).")
+    min_fall: float = option(
+        0.05, "Correctness 'falls' when its mean lost more than this (and two std errors), or is 0 throughout."
+    )
+    val_from_best: bool = option(
+        True, "Held-out accuracy alerts below the best validation so far; false: below the first one only."
+    )
+
+
+@register_check(RewardHackingCheckConfig)
 class RewardHackingCheck(HealthCheck):
     name = "reward_hacking"
     failure = "F6"

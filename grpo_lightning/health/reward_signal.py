@@ -11,17 +11,37 @@ identical: F1's signature as the reward logs show it.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
 from grpo_lightning.algorithm import rewards_equal, tied_groups
+from grpo_lightning.config.base import check, option
 from grpo_lightning.health.alerts import Finding
-from grpo_lightning.health.base import HealthCheck
+from grpo_lightning.health.base import PATIENCE_HELP, CheckConfig, HealthCheck, register_check
 from grpo_lightning.health.view import StepView
 
 TRUNCATION_CAUSE_FRAC = 0.5  # above this share of cut completions, truncation leads the likely causes
 
 
+@dataclass
+class RewardSignalCheckConfig(CheckConfig):
+    """Fraction of groups with zero reward std."""
+
+    patience: int = option(1, PATIENCE_HELP)
+    window: int = option(20, "Steps over which the fraction of stuck (zero-std, unsolved) groups is averaged.")
+    max_stuck_frac: float = option(
+        0.9, "Alert when more than this fraction of the groups had zero reward std below the best reward seen."
+    )
+
+    def check_fields(self, p: str) -> list[str]:
+        problems = super().check_fields(p)
+        check(problems, self.window >= 1, f"{p}window={self.window} must be >= 1")
+        check(problems, 0 <= self.max_stuck_frac <= 1, f"{p}max_stuck_frac={self.max_stuck_frac} must be in [0, 1]")
+        return problems
+
+
+@register_check(RewardSignalCheckConfig)
 class RewardSignalCheck(HealthCheck):
     name = "reward_signal"
     failure = "F1/F4"

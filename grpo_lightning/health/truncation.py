@@ -10,14 +10,34 @@ completions (``completions/clipped_frac``) over a window of steps and alerts abo
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
+from grpo_lightning.config.base import check, option
 from grpo_lightning.health.alerts import Finding
-from grpo_lightning.health.base import HealthCheck
+from grpo_lightning.health.base import HealthCheck, WindowCheckConfig, register_check
 from grpo_lightning.health.view import StepView
 
 
+@dataclass
+class TruncationCheckConfig(WindowCheckConfig):
+    """Most completions cut at rollout.max_new_tokens."""
+
+    window: int = option(20, "Steps over which the share of cut completions is averaged.")
+    max_clipped_frac: float = option(
+        0.8, "Alert when more than this share of the completions was cut at rollout.max_new_tokens."
+    )
+
+    def check_fields(self, p: str) -> list[str]:
+        problems = super().check_fields(p)
+        check(
+            problems, 0 <= self.max_clipped_frac < 1, f"{p}max_clipped_frac={self.max_clipped_frac} must be in [0, 1)"
+        )
+        return problems
+
+
+@register_check(TruncationCheckConfig)
 class TruncationCheck(HealthCheck):
     name = "truncation"
     failure = "F7"

@@ -8,22 +8,13 @@ layer stays free of imports from here.
 from __future__ import annotations
 
 from grpo_lightning.config import TrainConfig, register_config_check
-from grpo_lightning.registry import closest
 from grpo_lightning.rewards.registry import REWARD_FUNCTIONS
-
-
-def _unknown(field: str, name: str) -> str:
-    names = sorted(REWARD_FUNCTIONS)
-    hint = closest(name, names)
-    did_you_mean = f" (did you mean {hint!r}?)" if hint else ""
-    return f"{field}={name!r} is not allowed{did_you_mean}; choose one of {names}"
 
 
 @register_config_check
 def reward_name_problems(cfg: TrainConfig) -> list[str]:
     """Unknown reward names in ``task.rewards`` and ``task.correctness_reward``."""
-    problems = [_unknown(f"task.rewards.{name}", name) for name in cfg.task.rewards if name not in REWARD_FUNCTIONS]
-    correct = cfg.task.correctness_reward
-    if correct is not None and correct not in REWARD_FUNCTIONS:
-        problems.append(_unknown("task.correctness_reward", correct))
-    return problems
+    named = [(f"task.rewards.{name}", name) for name in cfg.task.rewards]
+    if cfg.task.correctness_reward is not None:
+        named.append(("task.correctness_reward", cfg.task.correctness_reward))
+    return [problem for field, name in named if (problem := REWARD_FUNCTIONS.problem(name, field)) is not None]

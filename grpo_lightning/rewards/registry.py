@@ -2,23 +2,27 @@
 
 A reward function is a plain callable ``(prompts, completions, **sample_fields) -> list[float]``;
 ``sample_fields`` are the dataset record's other columns (e.g. ``answer``), one value per
-completion.
+completion. :data:`REWARD_FUNCTIONS` is one :class:`~grpo_lightning.registry.Registry` like every
+other extension point, so an unknown name in ``task.rewards`` is refused with the closest match.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from grpo_lightning.registry import Registry
+
 RewardFn = Callable[..., list[float]]
-REWARD_FUNCTIONS: dict[str, RewardFn] = {}
+REWARD_FUNCTIONS: Registry[RewardFn] = Registry("reward function", "task.rewards")
 
 
-def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
+def register_reward(name: str | RewardFn | None = None) -> Callable[[RewardFn], RewardFn] | RewardFn:
+    """``@register_reward("name")``; ``@register_reward`` or ``register_reward(fn)`` use the function's name."""
+    if callable(name):
+        return REWARD_FUNCTIONS.add(name.__name__, name)
+
     def decorator(fn: RewardFn) -> RewardFn:
-        if name in REWARD_FUNCTIONS and REWARD_FUNCTIONS[name] is not fn:
-            raise ValueError(f"a reward function named {name!r} is already registered")
-        REWARD_FUNCTIONS[name] = fn
-        return fn
+        return REWARD_FUNCTIONS.add(name or fn.__name__, fn)
 
     return decorator
 
@@ -26,7 +30,7 @@ def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
 def get_reward(name: str) -> RewardFn:
     if name not in REWARD_FUNCTIONS:
         raise KeyError(
-            f"unknown reward function {name!r}; registered: {sorted(REWARD_FUNCTIONS)}. "
+            f"{REWARD_FUNCTIONS.problem(name, 'reward function')}. "
             f"Register yours with @grpo_lightning.rewards.register_reward({name!r})."
         )
     return REWARD_FUNCTIONS[name]
