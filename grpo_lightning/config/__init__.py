@@ -33,7 +33,6 @@ from grpo_lightning.config.model import (
     checkpointing_mode,
 )
 from grpo_lightning.config.rollout import (
-    ENGINES,
     HF_DECODERS,
     ROLLOUT_MODES,
     RolloutConfig,
@@ -48,7 +47,6 @@ from grpo_lightning.errors import ConfigError
 
 __all__ = [
     "CHECKPOINTING_MODES",
-    "ENGINES",
     "HEALTH_ACTIONS",
     "HEALTH_CHECKS",
     "HF_DECODERS",
