@@ -11,7 +11,7 @@ server); a new way of moving weights (e.g. over the network) is one new file und
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from grpo_lightning.registry import Registry
 from grpo_lightning.step import PolicyWeights
@@ -29,6 +29,7 @@ class WeightReceiver(Protocol):
         ...
 
 
+@runtime_checkable
 class WeightTransport(Protocol):
     def push(self, weights: PolicyWeights, engine: WeightReceiver) -> None:
         """Move ``weights`` to ``engine`` and have it reload them; returns when it has."""
