@@ -26,11 +26,11 @@ def child(rank: int, syncs: int) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from grpo_lightning.config import AlgorithmConfig, LoraModelConfig, ModelConfig
+    from grpo_lightning.config import AlgorithmConfig, LoraModelConfig, ModelConfig, VLLMConfig
     from grpo_lightning.models import load_policy
     from grpo_lightning.module import GRPOModule
     from grpo_lightning.rollout import WeightSync
-    from grpo_lightning.rollout.vllm import VLLMEngine, VLLMSettings
+    from grpo_lightning.rollout.vllm import VLLMEngine
 
     policy, tokenizer = load_policy(
         ModelConfig(name_or_path="smollm2_135m", lora=LoraModelConfig(rank=rank, alpha=2.0 * max(rank, 1)))
@@ -39,7 +39,7 @@ def child(rank: int, syncs: int) -> dict:
         for name, param in policy.named_parameters():
             if "lora_B" in name:
                 param.normal_(0, 0.01, generator=torch.Generator().manual_seed(0))
-    engine = VLLMEngine.from_policy(policy, tokenizer, VLLMSettings(max_model_len=256, kv_cache_gib=0.5))
+    engine = VLLMEngine.from_policy(policy, tokenizer, VLLMConfig(max_model_len=256, kv_cache_gib=0.5), seed=0)
     module = GRPOModule(policy, AlgorithmConfig(beta=0.0))
     sync = WeightSync(verify=True, tolerance=1e-3)
     seconds, diffs = [], []

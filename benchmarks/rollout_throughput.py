@@ -35,7 +35,7 @@ import torch
 from grpo_lightning.build import build_run
 from grpo_lightning.config import ModelConfig, TrainConfig
 from grpo_lightning.models import load_policy
-from grpo_lightning.rollout import GenerationRequest, HFEngine, SamplingSettings
+from grpo_lightning.rollout import GenerationRequest, HFEngine, Sampling
 from grpo_lightning.rollout.seeding import group_seeds
 
 
@@ -46,9 +46,7 @@ def rollout_requests(tokenizer, num_prompts: int, num_samples: int, step: int) -
     return [GenerationRequest(i, s) for i, s in zip(ids, seeds)]
 
 
-def throughput(
-    engines: dict, tokenizer, sampling: SamplingSettings, repeats: int, num_prompts: int, num_samples: int
-) -> dict:
+def throughput(engines: dict, tokenizer, sampling: Sampling, repeats: int, num_prompts: int, num_samples: int) -> dict:
     """Median tokens/s and batch seconds per engine, batches interleaved engine after engine.
 
     Interleaving puts both engines under the same machine load (the cores are shared), and
@@ -127,12 +125,13 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from grpo_lightning.rollout.vllm import VLLMEngine, VLLMSettings
+    from grpo_lightning.config import RolloutConfig, VLLMConfig, VLLMServerConfig
+    from grpo_lightning.rollout.vllm import VLLMEngine
 
     policy, tokenizer = load_policy(ModelConfig(name_or_path=args.model))
     policy = policy.to(args.device).eval()
     max_len = 128 if args.model == "tiny" else 512
-    sampling = SamplingSettings(max_new_tokens=args.tokens, temperature=1.0)
+    sampling = Sampling.from_config(RolloutConfig(max_new_tokens=args.tokens, temperature=1.0))
     results: dict[str, float] = {}
 
     engines: dict = {
@@ -147,16 +146,19 @@ def main() -> None:
     }
     start = time.perf_counter()
     engine = VLLMEngine.from_policy(
-        policy, tokenizer, VLLMSettings(max_model_len=max_len, in_process=not args.out_of_process)
+        policy, tokenizer, VLLMConfig(max_model_len=max_len, in_process=not args.out_of_process), seed=0
     )
     results["vllm_start_seconds"] = time.perf_counter() - start
     engines["vllm"] = engine
     if args.server:
-        from grpo_lightning.rollout.vllm_server import ServerSettings, VLLMServerEngine
+        from grpo_lightning.rollout.vllm_server import VLLMServerEngine
 
         start = time.perf_counter()
         engines["server"] = VLLMServerEngine.from_policy(
-            policy, tokenizer, ServerSettings(launch=True, max_model_len=max_len, timeout_s=600)
+            policy,
+            tokenizer,
+            VLLMConfig(max_model_len=max_len, server=VLLMServerConfig(launch=True, timeout_s=600)),
+            seed=0,
         )
         results["server_start_seconds"] = time.perf_counter() - start
     measured = throughput(engines, tokenizer, sampling, args.repeats, args.prompts, args.samples)

@@ -33,14 +33,14 @@ from pathlib import Path
 
 import torch
 from transformers import DynamicCache
+from trl_vs_ours import SETTINGS, prompt_records  # the same settings and prompts
 
-from grpo_lightning.config import ModelConfig
+from grpo_lightning.config import ModelConfig, RolloutConfig
 from grpo_lightning.models import load_policy
-from grpo_lightning.rollout import SamplingSettings
+from grpo_lightning.rollout import Sampling
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.sampler import SeededSampler
 from grpo_lightning.rollout.seeding import group_seeds
-from trl_vs_ours import SETTINGS, prompt_records  # the same settings and prompts
 
 
 @torch.no_grad()
@@ -48,7 +48,7 @@ def decode(
     model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, seeds: list[int], eos: int, pad: int, max_tokens: int
 ) -> torch.Tensor:
     """Prompt + sampled completion ids [B, P + C]: the least work an HF-model rollout needs."""
-    sampler = SeededSampler(seeds, SamplingSettings(max_new_tokens=max_tokens))
+    sampler = SeededSampler(seeds, Sampling.from_config(RolloutConfig(max_new_tokens=max_tokens)))
     cache, mask = DynamicCache(), prompt_mask
     positions = (mask.cumsum(1) - 1).clamp(min=0)
     logits = model(

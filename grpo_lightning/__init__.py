@@ -15,7 +15,7 @@ from grpo_lightning import tasks as _tasks  # noqa: F401  (registers the built-i
 if TYPE_CHECKING:
     from grpo_lightning.config import TrainConfig, validate_config
     from grpo_lightning.module import GRPOModule
-    from grpo_lightning.rollout import HFEngine, RolloutBatch, RolloutGenerator, SamplingSettings
+    from grpo_lightning.rollout import HFEngine, RolloutBatch, RolloutGenerator, Sampling
 
 # Each public name and the module that defines it.
 _EXPORTS = {
@@ -23,7 +23,7 @@ _EXPORTS = {
     "HFEngine": "grpo_lightning.rollout",
     "RolloutBatch": "grpo_lightning.rollout",
     "RolloutGenerator": "grpo_lightning.rollout",
-    "SamplingSettings": "grpo_lightning.rollout",
+    "Sampling": "grpo_lightning.rollout",
     "TrainConfig": "grpo_lightning.config",
     "validate_config": "grpo_lightning.config",
 }

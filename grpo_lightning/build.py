@@ -28,11 +28,11 @@ from grpo_lightning.models.compile import compile_training_models
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rollout import (
+    ENGINES,
     AsyncRolloutGenerator,
-    HFEngine,
     RolloutEngine,
     RolloutGenerator,
-    SamplingSettings,
+    Sampling,
     WeightSync,
 )
 from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
@@ -145,52 +145,9 @@ def build_logger(cfg: TrainConfig, logged_config: dict | None = None) -> Logger 
 
 
 def build_engine_factory(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase):
-    """``policy -> engine`` for ``rollout.engine``, called by the module's ``setup``."""
-    r = cfg.rollout
-    v = r.vllm
-    if r.engine == "vllm" and (v.server.launch or v.server.url is not None):
-        from grpo_lightning.rollout.vllm_server import ServerSettings, VLLMServerEngine
-
-        s = v.server
-        server = ServerSettings(
-            url=s.url,
-            launch=s.launch,
-            host=s.host,
-            port=s.port,
-            allow_remote=s.allow_remote,
-            api_key_env=s.api_key_env,
-            timeout_s=s.timeout_s,
-            start_timeout_s=s.start_timeout_s,
-            concurrency=s.concurrency,
-            sync_dir=s.sync_dir,
-            dtype=v.dtype,
-            max_model_len=v.max_model_len,
-            kv_cache_gib=v.kv_cache_gib,
-            enforce_eager=v.enforce_eager,
-            seed=cfg.trainer.seed,
-        )
-        return lambda policy: VLLMServerEngine.from_policy(policy, tokenizer, server)
-    if r.engine == "vllm":
-        from grpo_lightning.rollout.vllm import VLLMEngine, VLLMSettings
-
-        settings = VLLMSettings(
-            in_process=v.in_process,
-            kv_cache_gib=v.kv_cache_gib,
-            gpu_memory_utilization=v.gpu_memory_utilization,
-            max_model_len=v.max_model_len,
-            dtype=v.dtype,
-            enforce_eager=v.enforce_eager,
-            seed=cfg.trainer.seed,
-        )
-        return lambda policy: VLLMEngine.from_policy(policy, tokenizer, settings)
-    return lambda policy: HFEngine(
-        policy,
-        tokenizer.pad_token_id,
-        tokenizer.eos_token_id,
-        r.generation_batch_size,
-        progress_min_tokens=r.progress_min_tokens,
-        decoder=r.hf_decoder,
-    )
+    """``policy -> engine`` for ``rollout.engine`` (a name in :data:`ENGINES`), called by the module's ``setup``."""
+    make = ENGINES[cfg.rollout.engine]
+    return lambda policy: make(policy, tokenizer, cfg)
 
 
 def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_config: dict | None = None) -> Run:
@@ -225,7 +182,7 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
         tokenizer=tokenizer,
         scorer=RewardScorer.from_names(cfg.task.rewards),
         num_generations=r.num_generations,
-        sampling=SamplingSettings(r.max_new_tokens, r.temperature, r.top_p, r.top_k),
+        sampling=Sampling.from_config(r),
         seed=cfg.trainer.seed,
         formatter=PromptFormatter(
             tokenizer,

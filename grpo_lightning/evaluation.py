@@ -9,11 +9,12 @@ exactly what training sees (and follows whichever engine, HF or vLLM, the run us
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rewards.scorer import as_reward_completions
-from grpo_lightning.rollout import GenerationRequest, SamplingSettings
+from grpo_lightning.rollout import GenerationRequest, Sampling
 from grpo_lightning.rollout.seeding import group_seeds
 
 if TYPE_CHECKING:
@@ -37,18 +38,14 @@ class Evaluator:
         self.rollout = rollout
         self.scorer = RewardScorer.from_names({correctness_reward: 1.0})
         self.correctness_reward = correctness_reward
-        self.greedy = SamplingSettings(max_new_tokens=max_new_tokens, temperature=1.0, top_k=1)
-        self.sampled = SamplingSettings(
-            max_new_tokens=max_new_tokens,
-            temperature=rollout.sampling.temperature,
-            top_p=rollout.sampling.top_p,
-            top_k=rollout.sampling.top_k,
-        )
+        # Greedy: the most likely token (top_k=1) at every step; pass@k samples as training does.
+        self.greedy = Sampling(max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0, top_k=1)
+        self.sampled = replace(rollout.sampling, max_new_tokens=max_new_tokens)
         self.pass_k = pass_k
         self.seed = seed
         self.last_samples: list[dict] = []  # prompt, completion, answer, correct (greedy), for notebooks
 
-    def _scores(self, records: list[dict], per_record: int, sampling: SamplingSettings, step: int, rank: int):
+    def _scores(self, records: list[dict], per_record: int, sampling: Sampling, step: int, rank: int):
         seeds = group_seeds(self.seed, rank, _EVAL_STEP_OFFSET + step, len(records), per_record)
         expanded = [record for record in records for _ in range(per_record)]
         requests = [

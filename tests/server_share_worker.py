@@ -15,28 +15,31 @@ from pathlib import Path
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from grpo_lightning.rollout import vllm_server
-from grpo_lightning.rollout.vllm_server import ServerSettings, VLLMServerError
+from grpo_lightning.config import VLLMConfig, VLLMServerConfig
+from grpo_lightning.rollout import vllm_server_process
+from grpo_lightning.rollout.vllm_server import VLLMServerError
+from grpo_lightning.rollout.vllm_server_process import base_url
 
 
 class StandIn:
     fail = False
 
-    def __init__(self, policy, tokenizer, settings):
+    def __init__(self, policy, tokenizer, config, seed):
         if StandIn.fail:
             raise VLLMServerError("rollout.vllm.server.port=1234: something already listens on 127.0.0.1:1234")
-        self.settings, self.token = ServerSettings(launch=True, port=4321), "tok-from-rank-0"
+        self.port, self.token = 4321, "tok-from-rank-0"
 
 
 def run(rank: int, out_dir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["SHARE_PORT"])
     dist.init_process_group("gloo", rank=rank, world_size=2)
-    vllm_server.VLLMServer = StandIn
-    server, settings, token = vllm_server._launch_shared(None, None, ServerSettings(launch=True))
-    report = {"launched": server is not None, "url": settings.base_url, "token": token}
+    vllm_server_process.VLLMServer = StandIn
+    config = VLLMConfig(server=VLLMServerConfig(launch=True))
+    server, port, token = vllm_server_process.launch_shared(None, None, config, seed=0)
+    report = {"launched": server is not None, "url": base_url(config.server, port), "token": token}
     StandIn.fail = True
     try:
-        vllm_server._launch_shared(None, None, ServerSettings(launch=True))
+        vllm_server_process.launch_shared(None, None, config, seed=0)
     except VLLMServerError as err:
         report["failure"] = str(err)
     Path(out_dir, f"rank_{rank}.json").write_text(json.dumps(report))

@@ -24,11 +24,12 @@ from conftest import fit as fit_plain
 from grpo_lightning.build import build_run, fit
 from grpo_lightning.callbacks import HealthMonitor
 from grpo_lightning.checkpointing import checkpoints_in, rng_state, set_rng_state
+from grpo_lightning.config import RolloutConfig
 from grpo_lightning.errors import CheckpointError
 from grpo_lightning.health import Alert
 from grpo_lightning.plain_state import RefusedState, from_plain, to_plain
 from grpo_lightning.rewards import RewardScorer
-from grpo_lightning.rollout import AsyncRolloutGenerator, HFEngine, SamplingSettings
+from grpo_lightning.rollout import AsyncRolloutGenerator, HFEngine, Sampling
 from grpo_lightning.rollout.async_generator import PendingGeneration
 from grpo_lightning.rollout.engine import Completion, GenerationRequest
 
@@ -166,7 +167,7 @@ def test_async_generations_in_flight_are_plain_and_come_back_exactly(tokenizer, 
             tokenizer=tokenizer,
             scorer=RewardScorer.from_names({"arithmetic_exact": 1.0}),
             num_generations=2,
-            sampling=SamplingSettings(max_new_tokens=4),
+            sampling=Sampling.from_config(RolloutConfig(max_new_tokens=4)),
             max_staleness=2,
         )
 

@@ -11,8 +11,8 @@ import torch
 from conftest import PROMPTS, make_generator
 from torch.utils.data import DataLoader
 
-from grpo_lightning import GRPOModule, HFEngine, RolloutGenerator, SamplingSettings
-from grpo_lightning.config import AlgorithmConfig
+from grpo_lightning import GRPOModule, HFEngine, RolloutGenerator, Sampling
+from grpo_lightning.config import AlgorithmConfig, RolloutConfig
 from grpo_lightning.data import PromptDataModule
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
 from grpo_lightning.rewards import RewardScorer
@@ -27,7 +27,7 @@ def hand_assembled(correctness_reward: str | None):
         tokenizer=tokenizer,
         scorer=RewardScorer.from_names({"arithmetic_exact": 0.5, "arithmetic_close": 0.5}),
         num_generations=4,
-        sampling=SamplingSettings(max_new_tokens=4),
+        sampling=Sampling.from_config(RolloutConfig(max_new_tokens=4)),
     )
     module = GRPOModule(
         policy, AlgorithmConfig(micro_batch_size=16), rollout=rollout, correctness_reward=correctness_reward

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from grpo_lightning.build import build_datamodule
-from grpo_lightning.config import ConfigError, TrainConfig, validate_config
+from grpo_lightning.config import ConfigError, RolloutConfig, TrainConfig, validate_config
 from grpo_lightning.data.files import DataError
 from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.models import build_char_tokenizer
@@ -222,7 +222,7 @@ def test_reward_errors_name_the_function_sample_and_prompt():
 
 
 def test_chat_message_prompts_use_the_chat_template_and_rewards_get_messages(policy):
-    from grpo_lightning.rollout import HFEngine, RolloutGenerator, SamplingSettings
+    from grpo_lightning.rollout import HFEngine, RolloutGenerator, Sampling
 
     tok = build_char_tokenizer()
     tok.chat_template = (
@@ -239,7 +239,7 @@ def test_chat_message_prompts_use_the_chat_template_and_rewards_get_messages(pol
         tokenizer=tok,
         scorer=RewardScorer([WeightedReward("record", record)]),
         num_generations=2,
-        sampling=SamplingSettings(max_new_tokens=3),
+        sampling=Sampling.from_config(RolloutConfig(max_new_tokens=3)),
         formatter=PromptFormatter(tok, system_prompt="1"),
     )
     messages = [{"role": "user", "content": "2+3"}]

@@ -7,11 +7,11 @@ import csv
 import pytest
 
 from grpo_lightning.build import build_run, fit
-from grpo_lightning.config import TrainConfig
+from grpo_lightning.config import RolloutConfig, TrainConfig
 from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.models import build_char_tokenizer
 from grpo_lightning.rewards import RewardScorer
-from grpo_lightning.rollout import Completion, EngineBase, RolloutGenerator, SamplingSettings
+from grpo_lightning.rollout import Completion, EngineBase, RolloutGenerator, Sampling
 
 RECORDS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (2, 2), (5, 0)]]
 
@@ -40,7 +40,11 @@ def make_evaluator(rule, pass_k=0):
     tokenizer = build_char_tokenizer()
     engine = ScriptedEngine(tokenizer, rule)
     rollout = RolloutGenerator(
-        engine, tokenizer, RewardScorer.from_names({"arithmetic_exact": 1.0}), 4, SamplingSettings(4, temperature=0.7)
+        engine,
+        tokenizer,
+        RewardScorer.from_names({"arithmetic_exact": 1.0}),
+        4,
+        Sampling.from_config(RolloutConfig(max_new_tokens=4, temperature=0.7)),
     )
     return Evaluator(rollout, "arithmetic_exact", max_new_tokens=4, pass_k=pass_k), engine
 

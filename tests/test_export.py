@@ -17,9 +17,10 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from grpo_lightning.config import RolloutConfig
 from grpo_lightning.export import export_hf
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
-from grpo_lightning.rollout import GenerationRequest, SamplingSettings
+from grpo_lightning.rollout import GenerationRequest, Sampling
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,9 +59,9 @@ def test_vllm_reads_the_exported_folder_and_generates_what_transformers_does(tmp
     assert get_tokenizer(str(folder))("3+4=")["input_ids"] == tok("3+4=")["input_ids"]
     vllm_session.engine.load_weights(load_file(folder / "model.safetensors").items())
     prompt = tok("3+4=")["input_ids"]
-    greedy = vllm_session.engine.generate([GenerationRequest(prompt, 0)], SamplingSettings(6, 1.0, top_k=1))[
-        0
-    ].token_ids
+    greedy = vllm_session.engine.generate(
+        [GenerationRequest(prompt, 0)], Sampling.from_config(RolloutConfig(max_new_tokens=6, temperature=1.0, top_k=1))
+    )[0].token_ids
     model = AutoModelForCausalLM.from_pretrained(folder)
     expected = model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False, pad_token_id=tok.pad_token_id)
     assert greedy == [t for t in expected[0, len(prompt) :].tolist()][: len(greedy)]

@@ -11,7 +11,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from grpo_lightning.rollout import GenerationRequest, HFEngine, SamplingSettings, fused_decode
+from grpo_lightning.config import RolloutConfig
+from grpo_lightning.rollout import GenerationRequest, HFEngine, Sampling, fused_decode
 from grpo_lightning.rollout.fused_decode import FusedDecoder, fused_decode_support
 from grpo_lightning.rollout.hf import _ForwardDecoder
 
@@ -94,7 +95,7 @@ def engine(policy, tokenizer, decoder: str) -> HFEngine:
 
 
 def test_the_engine_checks_the_fused_decoder_once_then_keeps_it(policy, tokenizer):
-    sampling = SamplingSettings(max_new_tokens=10)
+    sampling = Sampling.from_config(RolloutConfig(max_new_tokens=10))
     fused, loop = engine(policy, tokenizer, "fused"), engine(policy, tokenizer, "loop")
     assert fused.fused_checked is None
     for round in range(2):  # the first rollout is checked against the forward, the second is fused only
@@ -112,7 +113,7 @@ def test_the_engine_checks_the_fused_decoder_once_then_keeps_it(policy, tokenize
 def test_a_fused_decoder_that_disagrees_is_dropped_with_a_warning(policy, tokenizer, monkeypatch):
     real_step = FusedDecoder.step
     monkeypatch.setattr(FusedDecoder, "step", lambda self, tokens: real_step(self, tokens) + 1e-2)
-    sampling = SamplingSettings(max_new_tokens=8)
+    sampling = Sampling.from_config(RolloutConfig(max_new_tokens=8))
     batch = requests(tokenizer, random.Random(5), 12)
     fused = engine(policy, tokenizer, "fused")
     with pytest.warns(
@@ -168,7 +169,7 @@ def test_unsupported_models_and_autocast_keep_the_forward(policy, tokenizer):
     )
     assert "rotary type 'dynamic'" in fused_decode_support(dynamic, 16)
     # Under autocast the engine decodes with the forward, and says so once.
-    sampling = SamplingSettings(max_new_tokens=6)
+    sampling = Sampling.from_config(RolloutConfig(max_new_tokens=6))
     batch = requests(tokenizer, random.Random(3), 8)
     fused = engine(policy, tokenizer, "fused")
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -201,7 +202,9 @@ def test_the_fused_weights_are_built_once_per_rollout_and_not_kept(policy, token
     )
     fused = engine(policy, tokenizer, "fused")  # chunks of 10 requests
     for round in range(2):
-        fused.generate(requests(tokenizer, random.Random(round), 25), SamplingSettings(max_new_tokens=5))
+        fused.generate(
+            requests(tokenizer, random.Random(round), 25), Sampling.from_config(RolloutConfig(max_new_tokens=5))
+        )
         assert len(built) == round + 1
         assert fused._fused_weights is None
 

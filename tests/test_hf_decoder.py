@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from grpo_lightning.rollout import GenerationRequest, HFEngine, SamplingSettings
+from grpo_lightning.config import RolloutConfig
+from grpo_lightning.rollout import GenerationRequest, HFEngine, Sampling
 
 
 def requests(tokenizer, rng: random.Random, count: int) -> list[GenerationRequest]:
@@ -18,9 +19,9 @@ def requests(tokenizer, rng: random.Random, count: int) -> list[GenerationReques
 @pytest.mark.parametrize(
     "sampling",
     [
-        SamplingSettings(max_new_tokens=12),
-        SamplingSettings(max_new_tokens=9, temperature=0.7, top_p=0.9, top_k=5),
-        SamplingSettings(max_new_tokens=6, temperature=1e-6),  # greedy, as evaluation runs
+        Sampling.from_config(RolloutConfig(max_new_tokens=12)),
+        Sampling.from_config(RolloutConfig(max_new_tokens=9, temperature=0.7, top_p=0.9, top_k=5)),
+        Sampling.from_config(RolloutConfig(max_new_tokens=6, temperature=1e-6)),  # greedy, as evaluation runs
     ],
 )
 def test_loop_and_generate_draw_the_same_tokens_and_log_probs(policy, tokenizer, sampling, decoder):

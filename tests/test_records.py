@@ -14,10 +14,10 @@ import torch
 
 import grpo_lightning
 from grpo_lightning.algorithm.packing import pack_layout, pack_micro_batch
-from grpo_lightning.config import AlgorithmConfig
+from grpo_lightning.config import AlgorithmConfig, RolloutConfig
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rewards import RewardScorer
-from grpo_lightning.rollout import GenerationRequest, RolloutGenerator, SamplingSettings
+from grpo_lightning.rollout import GenerationRequest, RolloutGenerator, Sampling
 from grpo_lightning.rollout.engine import EngineBase, RolloutEngine
 from grpo_lightning.rollout.weight_sync import ProbeScores, WeightSync, WeightSyncError
 from grpo_lightning.step import Completion, PolicyWeights, RolloutBatch
@@ -58,7 +58,7 @@ class FakeEngine(EngineBase):
 
 def run_episode(engine: FakeEngine, prompt_ids: list[int], seed: int) -> Completion:
     """Turn 1 (model), the environment's message, turn 2 (model), as one completion record."""
-    sampling = SamplingSettings(max_new_tokens=16)
+    sampling = Sampling.from_config(RolloutConfig(max_new_tokens=16))
     first = engine.generate([GenerationRequest(prompt_ids, seed)], sampling)[0]
     engine.version += 1  # a weight sync between the turns: turn 2 is sampled by newer weights
     second = engine.generate([GenerationRequest(prompt_ids + first.token_ids + ENV_MESSAGE, seed + 1)], sampling)[0]
@@ -85,7 +85,7 @@ def episodes(tokenizer):
         tokenizer,
         RewardScorer.from_names({"arithmetic_exact": 1.0}),
         num_generations=2,
-        sampling=SamplingSettings(max_new_tokens=16),
+        sampling=Sampling.from_config(RolloutConfig(max_new_tokens=16)),
     )
     records = [{"prompt": "1+2=", "answer": "3"}, {"prompt": "13+4=", "answer": "17"}]
     requests = generator.build_requests(records, step=0, rank=0)
@@ -313,7 +313,11 @@ def test_an_engine_without_the_protocol_is_refused(tokenizer):
 
     with pytest.raises(TypeError, match="EngineBase"):
         RolloutGenerator(
-            GenerateOnly(), tokenizer, RewardScorer.from_names({"arithmetic_exact": 1.0}), 2, SamplingSettings()
+            GenerateOnly(),
+            tokenizer,
+            RewardScorer.from_names({"arithmetic_exact": 1.0}),
+            2,
+            Sampling.from_config(RolloutConfig(max_new_tokens=8)),
         )
 
 

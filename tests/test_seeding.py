@@ -8,7 +8,8 @@ import random
 import torch
 from conftest import PROMPTS, make_generator
 
-from grpo_lightning.rollout import GenerationRequest, HFEngine, SamplingSettings, sample_seed
+from grpo_lightning.config import RolloutConfig
+from grpo_lightning.rollout import GenerationRequest, HFEngine, Sampling, sample_seed
 from grpo_lightning.rollout.sampler import SeededSampler
 
 
@@ -45,7 +46,7 @@ def test_consecutive_steps_ranks_and_run_seeds_give_different_completions(policy
 
 def test_a_sample_does_not_depend_on_its_batch_mates(policy, tokenizer):
     engine = HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id)
-    sampling = SamplingSettings(max_new_tokens=8)
+    sampling = Sampling.from_config(RolloutConfig(max_new_tokens=8))
     target = GenerationRequest(tokenizer("12+3=")["input_ids"], seed=sample_seed(0, 0, 0, 0, 0))
     others = [GenerationRequest(tokenizer("1+1=")["input_ids"], seed=s) for s in range(5)]
     alone = engine.generate([target], sampling)[0].token_ids
@@ -57,7 +58,7 @@ def test_engine_logprobs_match_the_policy_distribution(policy, tokenizer):
     engine = HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id)
     prompt = tokenizer("4+4=")["input_ids"]
     completion = engine.generate(
-        [GenerationRequest(prompt, seed=7)], SamplingSettings(max_new_tokens=5, temperature=0.8)
+        [GenerationRequest(prompt, seed=7)], Sampling.from_config(RolloutConfig(max_new_tokens=5, temperature=0.8))
     )[0]
     ids = torch.tensor([prompt + completion.token_ids])
     with torch.no_grad():
@@ -68,9 +69,9 @@ def test_engine_logprobs_match_the_policy_distribution(policy, tokenizer):
 
 def test_top_k_one_is_greedy_and_top_p_keeps_the_nucleus():
     logits = torch.tensor([[0.0, 3.0, 1.0, 2.9], [5.0, 0.0, 0.0, 0.0]])
-    greedy = SeededSampler([1, 2], SamplingSettings(top_k=1))
+    greedy = SeededSampler([1, 2], Sampling.from_config(RolloutConfig(max_new_tokens=8, top_k=1)))
     assert greedy.draw(logits)[0].tolist() == [1, 0]
-    nucleus = SeededSampler(list(range(200)), SamplingSettings(top_p=0.6))
+    nucleus = SeededSampler(list(range(200)), Sampling.from_config(RolloutConfig(max_new_tokens=8, top_p=0.6)))
     drawn = nucleus.draw(logits[:1].expand(200, -1))[0]
     assert set(drawn.tolist()) == {1, 3}  # the two tokens holding 0.6 of the mass; never 0 or 2
 
@@ -117,7 +118,7 @@ def test_resume_from_a_checkpoint_continues_the_seed_steps(tokenizer, tmp_path):
 def test_sampled_tokens_follow_the_distribution():
     """20k samples, each its own seed: token frequencies match softmax(logits / T) to 0.015."""
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, 0.5]])
-    sampling = SamplingSettings(temperature=0.8)
+    sampling = Sampling.from_config(RolloutConfig(max_new_tokens=8, temperature=0.8))
     sampler = SeededSampler([sample_seed(0, 0, 0, i, 0) for i in range(20000)], sampling)
     tokens, logprobs = sampler.draw(logits.expand(20000, -1))
     expected = torch.softmax(logits[0] / 0.8, dim=-1)
@@ -142,9 +143,9 @@ def test_counter_uniforms_of_many_counters_at_once_equal_one_call_per_counter():
         for column, counter in enumerate(counters.tolist()):
             assert torch.equal(batched[:, column], counter_uniforms(seeds, counter))
     # A sampler drawing past the precomputed block (max_new_tokens) continues the same stream.
-    sampling = SamplingSettings(max_new_tokens=2)
+    sampling = Sampling.from_config(RolloutConfig(max_new_tokens=2))
     sampler = SeededSampler([7, 8], sampling)
     logits = torch.zeros(2, 50)
     draws = [sampler.draw(logits)[0] for _ in range(4)]
-    reference = SeededSampler([7, 8], SamplingSettings(max_new_tokens=4))
+    reference = SeededSampler([7, 8], Sampling.from_config(RolloutConfig(max_new_tokens=4)))
     assert all(torch.equal(a, reference.draw(logits)[0]) for a in draws)

@@ -13,17 +13,20 @@ from typing import ClassVar
 import pytest
 from conftest import make_config
 
-from grpo_lightning.config import ConfigError, VLLMServerConfig, is_loopback_host, validate_config
+from grpo_lightning.config import ConfigError, VLLMConfig, VLLMServerConfig, is_loopback_host, validate_config
 from grpo_lightning.errors import ServerError
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
 from grpo_lightning.rollout import server_guard
 from grpo_lightning.rollout.server_auth import identity_proof
-from grpo_lightning.rollout.vllm_server import ServerClient, ServerSettings, VLLMServerEngine
+from grpo_lightning.rollout.vllm_server import VLLMServerEngine
+from grpo_lightning.rollout.vllm_server_client import ServerClient
 
 
 def launch(**settings):
     tok = build_char_tokenizer()
-    return VLLMServerEngine.from_policy(build_tiny_policy(tok), tok, ServerSettings(launch=True, **settings))
+    return VLLMServerEngine.from_policy(
+        build_tiny_policy(tok), tok, VLLMConfig(server=VLLMServerConfig(launch=True, **settings)), seed=0
+    )
 
 
 def test_a_foreign_listener_on_an_explicit_port_fails_the_launch_naming_the_port():
@@ -40,8 +43,8 @@ def test_a_foreign_listener_on_an_explicit_port_fails_the_launch_naming_the_port
 
 
 def test_the_default_port_is_a_free_one_chosen_at_launch():
-    """port 0 (the default, in the config and the settings) never picks a port in use."""
-    assert VLLMServerConfig().port == 0 and ServerSettings().port == 0
+    """port 0 (the default, in the config: its one source) never picks a port in use."""
+    assert VLLMServerConfig().port == 0
     listeners = []
     try:
         for _ in range(20):
@@ -148,13 +151,13 @@ def test_a_server_that_cannot_prove_the_run_token_is_refused(stub, monkeypatch):
 def test_a_server_given_by_url_gets_the_key_named_by_api_key_env(stub, monkeypatch):
     """The key travels in the environment, never in the config; every request carries it."""
     monkeypatch.delenv("GRPO_TEST_KEY", raising=False)
-    settings = ServerSettings(url=stub, api_key_env="GRPO_TEST_KEY", timeout_s=5)
+    settings = VLLMConfig(server=VLLMServerConfig(url=stub, api_key_env="GRPO_TEST_KEY", timeout_s=5))
     tok = build_char_tokenizer()
     with pytest.raises(ServerError, match="api_key_env=GRPO_TEST_KEY names an environment variable that is not set"):
-        VLLMServerEngine.from_policy(None, tok, settings)
+        VLLMServerEngine.from_policy(None, tok, settings, seed=0)
     monkeypatch.setenv("GRPO_TEST_KEY", "user-key")
     Stub.answer = {"data": [{"id": "their-model"}]}
-    engine = VLLMServerEngine.from_policy(None, tok, settings)
+    engine = VLLMServerEngine.from_policy(None, tok, settings, seed=0)
     assert engine.client.model == "their-model"
     assert Stub.seen and set(Stub.seen) == {"Bearer user-key"}
     assert "user-key" not in repr(settings)

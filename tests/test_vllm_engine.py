@@ -6,10 +6,10 @@ import pytest
 import torch
 from vllm_helpers import perturbed_policy
 
-from grpo_lightning.config import AlgorithmConfig
+from grpo_lightning.config import AlgorithmConfig, RolloutConfig
 from grpo_lightning.models import build_tiny_policy
 from grpo_lightning.module import GRPOModule
-from grpo_lightning.rollout import GenerationRequest, SamplingSettings, WeightSync, WeightSyncError
+from grpo_lightning.rollout import GenerationRequest, Sampling, WeightSync, WeightSyncError
 from grpo_lightning.rollout.seeding import group_seeds
 from grpo_lightning.rollout.side_effects import ProcessState
 from grpo_lightning.weight_push import policy_weights, probe_scores
@@ -43,14 +43,16 @@ def test_engine_start_leaves_rng_and_thread_count_alone(vllm_session):
     assert torch.get_num_threads() == 1
     # ... and generating does not touch its RNG streams either.
     state = ProcessState.capture()
-    vllm_session.engine.generate(requests_for(vllm_session.tokenizer, 0), SamplingSettings(8, 1.0))
+    vllm_session.engine.generate(
+        requests_for(vllm_session.tokenizer, 0), Sampling.from_config(RolloutConfig(max_new_tokens=8, temperature=1.0))
+    )
     assert ProcessState.capture().same_as(state)
 
 
 def test_seeded_samples_are_reproducible_distinct_and_well_formed(vllm_session):
     engine, tok = vllm_session.engine, vllm_session.tokenizer
     engine.load_weights(build_tiny_policy(tok).state_dict().items())
-    sampling = SamplingSettings(max_new_tokens=12, temperature=1.0)
+    sampling = Sampling.from_config(RolloutConfig(max_new_tokens=12, temperature=1.0))
     first = engine.generate(requests_for(tok, 0), sampling)
     again = engine.generate(list(reversed(requests_for(tok, 0))), sampling)[::-1]
     assert [c.token_ids for c in first] == [c.token_ids for c in again]  # seed, not batch position
@@ -70,7 +72,7 @@ def test_greedy_completion_and_logprobs_match_hf_after_training_and_sync(vllm_se
     policy = perturbed_policy(tok).eval()
     engine.load_weights(policy.state_dict().items())
     requests = requests_for(tok, 0, num_samples=1)
-    greedy = engine.generate(requests, SamplingSettings(max_new_tokens=10, temperature=0.0))
+    greedy = engine.generate(requests, Sampling.from_config(RolloutConfig(max_new_tokens=10, temperature=0.0)))
     for request, completion in zip(requests, greedy):
         with torch.no_grad():
             hf = policy.generate(
@@ -96,7 +98,10 @@ def test_sampled_logprobs_are_the_trainers_at_the_sampling_temperature(vllm_sess
     policy = perturbed_policy(tok).eval()
     engine.load_weights(policy.state_dict().items())
     requests = requests_for(tok, 3, num_samples=2)
-    for request, completion in zip(requests, engine.generate(requests, SamplingSettings(12, temperature))):
+    for request, completion in zip(
+        requests,
+        engine.generate(requests, Sampling.from_config(RolloutConfig(max_new_tokens=12, temperature=temperature))),
+    ):
         expected = trainer_logprobs(policy, request.prompt_ids, completion.token_ids, temperature)
         assert torch.allclose(torch.tensor(completion.logprobs), expected, atol=1e-4, rtol=0)
 
@@ -105,7 +110,10 @@ def test_outputs_change_only_with_a_sync(vllm_session):
     engine, tok = vllm_session.engine, vllm_session.tokenizer
     policy = build_tiny_policy(tok)
     engine.load_weights(policy.state_dict().items())
-    requests, sampling = requests_for(tok, 5, num_samples=2), SamplingSettings(8, 1.0)
+    requests, sampling = (
+        requests_for(tok, 5, num_samples=2),
+        Sampling.from_config(RolloutConfig(max_new_tokens=8, temperature=1.0)),
+    )
     before = engine.generate(requests, sampling)
     # Train the policy (a separate copy of the weights): without a sync the engine is unchanged.
     trained = perturbed_policy(tok)
@@ -142,7 +150,8 @@ def test_ranks_draw_different_samples_of_the_same_group(vllm_session):
         [
             tuple(c.token_ids)
             for c in engine.generate(
-                [GenerationRequest(prompt, s) for s in group_seeds(0, rank, 7, 1, 8)], SamplingSettings(12, 1.0)
+                [GenerationRequest(prompt, s) for s in group_seeds(0, rank, 7, 1, 8)],
+                Sampling.from_config(RolloutConfig(max_new_tokens=12, temperature=1.0)),
             )
         ]
         for rank in (0, 1)

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from grpo_lightning.config import RolloutConfig
 from grpo_lightning.models import build_tiny_policy
-from grpo_lightning.rollout import GenerationRequest, SamplingSettings
+from grpo_lightning.rollout import GenerationRequest, Sampling
 
 HERE = Path(__file__).resolve().parent
 
@@ -38,5 +39,7 @@ def test_out_of_process_engine_syncs_through_a_safetensors_folder(vllm_session):
     tok = vllm_session.tokenizer
     vllm_session.engine.load_weights(build_tiny_policy(tok).state_dict().items())
     requests = [GenerationRequest(tok("2+5=")["input_ids"], seed) for seed in (11, 12, 13)]
-    in_process = vllm_session.engine.generate(requests, SamplingSettings(6, 1.0))
+    in_process = vllm_session.engine.generate(
+        requests, Sampling.from_config(RolloutConfig(max_new_tokens=6, temperature=1.0))
+    )
     assert [c.token_ids for c in in_process] == result["before"]

@@ -14,10 +14,10 @@ import torch
 from conftest import SERVER_KEY_ENV, free_port, make_config
 
 from grpo_lightning.build import build_run
-from grpo_lightning.config import AlgorithmConfig, ConfigError, validate_config
+from grpo_lightning.config import AlgorithmConfig, ConfigError, RolloutConfig, validate_config
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
 from grpo_lightning.module import GRPOModule
-from grpo_lightning.rollout import GenerationRequest, SamplingSettings, WeightSync, WeightSyncError, group_seeds
+from grpo_lightning.rollout import GenerationRequest, Sampling, WeightSync, WeightSyncError, group_seeds
 from grpo_lightning.rollout.vllm_server import VLLMServerError
 from grpo_lightning.weight_push import policy_weights, probe_scores
 
@@ -42,7 +42,7 @@ def test_samples_follow_their_seeds_across_ranks(vllm_server):
     between the ranks' shares of the same prompts."""
     tok = build_char_tokenizer()
     vllm_server.load_weights(build_tiny_policy(tok).state_dict().items(), version=0)
-    sampling = SamplingSettings(max_new_tokens=10, temperature=1.0)
+    sampling = Sampling.from_config(RolloutConfig(max_new_tokens=10, temperature=1.0))
     rank0 = vllm_server.generate(requests(tok, 0), sampling)
     again = vllm_server.generate(requests(tok, 0), sampling)
     rank1 = vllm_server.generate(requests(tok, 1), sampling)
@@ -65,7 +65,7 @@ def test_weight_sync_sets_the_version_and_passes_the_probe(vllm_server):
     assert metrics["rollout/sync_probe_diff"] <= 1e-4
     assert vllm_server.weight_version == 5
     assert vllm_server.client.call("GET", "/weight_info", "test")["weight_version"] == "5"
-    completions = vllm_server.generate(requests(tok, 0), SamplingSettings(max_new_tokens=6))
+    completions = vllm_server.generate(requests(tok, 0), Sampling.from_config(RolloutConfig(max_new_tokens=6)))
     assert {c.weight_version for c in completions} == {5}
 
 
@@ -242,7 +242,7 @@ def test_tied_weights_are_written_for_a_reload(tmp_path):
     tensors, so the first sync into a server failed."""
     from safetensors.torch import load_file
 
-    from grpo_lightning.rollout.vllm_server import save_weights_folder
+    from grpo_lightning.rollout.transports.folder import save_weights_folder
 
     embed = torch.randn(5, 3)
     folder = save_weights_folder([("model.embed_tokens.weight", embed), ("lm_head.weight", embed)], str(tmp_path))
@@ -276,7 +276,9 @@ def test_every_route_of_the_launched_server_needs_the_run_token(vllm_server):
         assert httpx.get(f"{url}{path}", headers=ours, timeout=30).status_code == 200, path
     # /v1/completions, then /collective_rpc, /reset_prefix_cache and /update_weight_version, with the token
     tok = build_char_tokenizer()
-    assert vllm_server.generate(requests(tok, 0)[:2], SamplingSettings(max_new_tokens=2))[0].token_ids
+    assert vllm_server.generate(requests(tok, 0)[:2], Sampling.from_config(RolloutConfig(max_new_tokens=2)))[
+        0
+    ].token_ids
     vllm_server.load_weights(build_tiny_policy(tok).state_dict().items(), version=3)
     assert vllm_server.client.call("GET", "/weight_info", "test")["weight_version"] == "3"
     assert token not in Path(f"/proc/{vllm_server.server.process.pid}/cmdline").read_text()  # argv

@@ -16,24 +16,25 @@ def main() -> None:
     torch.set_num_threads(1)
     from vllm_helpers import perturbed_policy
 
+    from grpo_lightning.config import RolloutConfig, VLLMConfig
     from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
-    from grpo_lightning.rollout import GenerationRequest, SamplingSettings
+    from grpo_lightning.rollout import GenerationRequest, Sampling
     from grpo_lightning.rollout.side_effects import ProcessState
-    from grpo_lightning.rollout.vllm import VLLMEngine, VLLMSettings
+    from grpo_lightning.rollout.vllm import VLLMEngine
 
     tok = build_char_tokenizer()
     torch.manual_seed(5)
     state = ProcessState.capture()
     engine = VLLMEngine.from_policy(
-        build_tiny_policy(tok), tok, VLLMSettings(in_process=False, max_model_len=64, kv_cache_gib=0.25)
+        build_tiny_policy(tok), tok, VLLMConfig(in_process=False, max_model_len=64, kv_cache_gib=0.25), seed=0
     )
     state_kept = ProcessState.capture().same_as(state)
     prompt = tok("2+5=")["input_ids"]
     requests = [GenerationRequest(prompt, seed) for seed in (11, 12, 13)]
-    before = engine.generate(requests, SamplingSettings(6, 1.0))
+    before = engine.generate(requests, Sampling.from_config(RolloutConfig(max_new_tokens=6, temperature=1.0)))
     trained = perturbed_policy(tok).eval()
     seconds = engine.load_weights(trained.state_dict().items())
-    after = engine.generate(requests, SamplingSettings(6, 1.0))
+    after = engine.generate(requests, Sampling.from_config(RolloutConfig(max_new_tokens=6, temperature=1.0)))
     completion = after[0].token_ids
     ids = torch.tensor([prompt + completion])
     with torch.no_grad():

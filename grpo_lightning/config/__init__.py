@@ -20,7 +20,6 @@ from grpo_lightning.config.model import (
     checkpointing_mode,
 )
 from grpo_lightning.config.rollout import (
-    ENGINES,
     HF_DECODERS,
     ROLLOUT_MODES,
     RolloutConfig,
@@ -35,7 +34,6 @@ from grpo_lightning.errors import ConfigError
 
 __all__ = [
     "CHECKPOINTING_MODES",
-    "ENGINES",
     "HEALTH_ACTIONS",
     "HEALTH_CHECKS",
     "HF_DECODERS",

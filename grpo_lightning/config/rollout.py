@@ -8,7 +8,6 @@ from typing import Optional
 
 from grpo_lightning.config.base import Schema, check, choice, option
 
-ENGINES = ("hf", "vllm")
 HF_DECODERS = ("fused", "loop", "generate")
 ROLLOUT_MODES = ("sync", "async")
 
@@ -112,7 +111,7 @@ class VLLMConfig(Schema):
 
 @dataclass
 class RolloutConfig(Schema):
-    engine: str = option("hf", f"Generation engine, one of {ENGINES}.")
+    engine: str = option("hf", "Generation engine: a registered name (hf, vllm, or one a plugins= file registers).")
     prompts_per_step: int = option(16, "Prompts per generation batch (one optimizer pass each).")
     num_generations: int = option(8, "Completions per prompt: the group size G (>= 2).")
     max_new_tokens: int = option(4, "Completion budget in tokens; also the horizon of seq_mean_token_sum_norm.")
@@ -140,7 +139,6 @@ class RolloutConfig(Schema):
 
     def check_fields(self, p: str) -> list[str]:
         problems: list[str] = []
-        choice(problems, f"{p}engine", self.engine, ENGINES)
         choice(problems, f"{p}hf_decoder", self.hf_decoder, HF_DECODERS)
         choice(problems, f"{p}mode", self.mode, ROLLOUT_MODES)
         check(

@@ -34,7 +34,7 @@ import torch
 
 from grpo_lightning.algorithm import tied_groups
 from grpo_lightning.rollout.batch import RolloutBatch
-from grpo_lightning.rollout.engine import Completion, GenerationRequest, RolloutEngine, SamplingSettings
+from grpo_lightning.rollout.engine import Completion, GenerationRequest, RolloutEngine, Sampling
 from grpo_lightning.rollout.seeding import sample_seed
 
 
@@ -45,7 +45,7 @@ class Generates(Protocol):
     num_generations: int
     seed: int
     engine: RolloutEngine
-    sampling: SamplingSettings
+    sampling: Sampling
 
     def build_requests(
         self, records: list[dict], step: int, rank: int, first_prompt: int = 0

@@ -1,26 +1,38 @@
-"""The interface every rollout engine implements (HF ``generate`` now, vLLM behind it too)."""
+"""The interface every rollout engine implements, and :data:`ENGINES`, the registry that names them.
+
+An engine is one registered factory ``(policy, tokenizer, cfg) -> RolloutEngine`` (``cfg`` the
+whole :class:`~grpo_lightning.config.TrainConfig`); ``rollout.engine=<name>`` picks it, and a
+user's file passed with ``plugins=[...]`` can add one.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from grpo_lightning.config import RolloutConfig, TrainConfig
 from grpo_lightning.errors import ServerError
+from grpo_lightning.registry import Registry
 from grpo_lightning.step import Completion
 
 
 @dataclass(frozen=True)
-class SamplingSettings:
-    """How completions are sampled; the same for every engine."""
+class Sampling:
+    """How one generate call samples. No defaults: the values come from ``rollout.*`` through
+    :meth:`from_config` (evaluation derives its greedy and pass@k variants from it)."""
 
-    max_new_tokens: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0  # 0 = off
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int  # 0 = off
+
+    @classmethod
+    def from_config(cls, rollout: RolloutConfig) -> Sampling:
+        return cls(rollout.max_new_tokens, rollout.temperature, rollout.top_p, rollout.top_k)
 
 
 @dataclass
@@ -50,11 +62,11 @@ class RolloutEngine(Protocol):
     owns_weights: bool
     supports_async: bool
 
-    def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
+    def generate(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:
         """One completion per request: token ids, and (where known) log-probs and weight version per token."""
         ...
 
-    def generate_async(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> Future:
+    def generate_async(self, requests: list[GenerationRequest], sampling: Sampling) -> Future:
         """``generate`` as a future of its completions."""
         ...
 
@@ -81,10 +93,10 @@ class EngineBase:
     owns_weights = False
     supports_async = False
 
-    def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
+    def generate(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:
         raise NotImplementedError
 
-    def generate_async(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> Future:
+    def generate_async(self, requests: list[GenerationRequest], sampling: Sampling) -> Future:
         """Runs ``generate`` now; the future is done when it returns."""
         future: Future = Future()
         future.set_result(self.generate(requests, sampling))
@@ -98,3 +110,9 @@ class EngineBase:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+EngineFactory = Callable[[Any, Any, TrainConfig], RolloutEngine]
+"""``(policy, tokenizer, cfg) -> engine``: what an entry of :data:`ENGINES` is."""
+
+ENGINES: Registry[EngineFactory] = Registry("rollout engine", "rollout.engine")

@@ -23,7 +23,7 @@ from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rewards.scorer import RewardState, as_reward_completions
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
-from grpo_lightning.rollout.engine import Completion, EngineError, GenerationRequest, RolloutEngine, SamplingSettings
+from grpo_lightning.rollout.engine import Completion, EngineError, GenerationRequest, RolloutEngine, Sampling
 from grpo_lightning.rollout.seeding import group_seeds
 from grpo_lightning.rollout.weight_sync import ProbeScores, WeightSync
 from grpo_lightning.step import PolicyWeights
@@ -56,7 +56,7 @@ class RolloutGenerator:
         tokenizer: PreTrainedTokenizerBase,
         scorer: RewardScorer,
         num_generations: int,
-        sampling: SamplingSettings,
+        sampling: Sampling,
         seed: int = 0,
         formatter: Callable[[str], list[int]] | None = None,
         weight_sync: WeightSync | None = None,

@@ -20,11 +20,11 @@ from lightning.pytorch.utilities import rank_zero_info
 from tqdm.auto import tqdm
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
-from grpo_lightning.config import HF_DECODERS
+from grpo_lightning.config import HF_DECODERS, TrainConfig
 from grpo_lightning.models.compile import eager_generation
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.sharding import is_sharded
-from grpo_lightning.rollout.engine import Completion, EngineBase, GenerationRequest, SamplingSettings
+from grpo_lightning.rollout.engine import ENGINES, Completion, EngineBase, GenerationRequest, Sampling
 from grpo_lightning.rollout.fused_decode import FUSED_CHECK_ATOL, FusedDecoder, FusedWeights, fused_decode_support
 from grpo_lightning.rollout.sampler import SeededSampler
 
@@ -145,7 +145,7 @@ class HFEngine(EngineBase):
         self.progress_min_tokens = progress_min_tokens
 
     @torch.no_grad()
-    def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
+    def generate(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:
         was_training = self.model.training
         self.model.eval()
         try:
@@ -158,7 +158,7 @@ class HFEngine(EngineBase):
             self._fused_weights = None  # copies of weights that change with the next optimizer step
             self.model.train(was_training)
 
-    def _progress(self, requests: list[GenerationRequest], sampling: SamplingSettings):
+    def _progress(self, requests: list[GenerationRequest], sampling: Sampling):
         show = 0 < self.progress_min_tokens <= sampling.max_new_tokens
         return tqdm(
             total=sampling.max_new_tokens,
@@ -168,7 +168,7 @@ class HFEngine(EngineBase):
             disable=not show,
         )
 
-    def _generate_chunk(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
+    def _generate_chunk(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:
         if self.decoder in ("loop", "fused") and not is_sharded(self.model):
             return self._decode_chunk(requests, sampling)
         device = next(self.model.parameters()).device
@@ -193,7 +193,7 @@ class HFEngine(EngineBase):
         processor.progress.close()
         return self._completions(output[:, prompt_ids.shape[1] :].cpu(), torch.stack(processor.step_logprobs, dim=1))
 
-    def _decode_chunk(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
+    def _decode_chunk(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:
         """The bare KV-cache loop: the same streams, tokens and log-probs as ``generate``."""
         device = next(self.model.parameters()).device
         prompt_ids, mask = RolloutBatch.pad_prompts([r.prompt_ids for r in requests], self.pad_token_id)
@@ -241,3 +241,17 @@ class HFEngine(EngineBase):
             length = tokens.index(self.eos_token_id) + 1 if finished else len(tokens)
             completions.append(Completion(token_ids=tokens[:length], finished=finished, logprobs=logprobs[:length]))
         return completions
+
+
+@ENGINES.register("hf")
+def hf_engine(policy, tokenizer, cfg: TrainConfig) -> HFEngine:
+    """The policy samples its own completions (``rollout.hf_decoder``, ``generation_batch_size``)."""
+    r = cfg.rollout
+    return HFEngine(
+        policy,
+        tokenizer.pad_token_id,
+        tokenizer.eos_token_id,
+        r.generation_batch_size,
+        progress_min_tokens=r.progress_min_tokens,
+        decoder=r.hf_decoder,
+    )

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from grpo_lightning.rollout.engine import SamplingSettings
+from grpo_lightning.rollout.engine import Sampling
 
 
-def filter_logits(logits: torch.Tensor, sampling: SamplingSettings) -> torch.Tensor:
+def filter_logits(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     """Temperature, then top-k, then top-p (nucleus) on [B, V] logits, in float32."""
     z = logits.float()
     if sampling.temperature != 1.0:
@@ -67,7 +67,7 @@ class SeededSampler:
     sample's tokens depend on its own seed and logits only, not on its batch mates.
     """
 
-    def __init__(self, seeds: list[int], sampling: SamplingSettings):
+    def __init__(self, seeds: list[int], sampling: Sampling):
         self.seeds = torch.tensor(seeds, dtype=torch.int64)
         self.sampling = sampling
         self.position = 0

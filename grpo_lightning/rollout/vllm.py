@@ -13,8 +13,13 @@ Contract (shared with :class:`~grpo_lightning.rollout.hf.HFEngine`):
 
 The engine runs in the training process by default (``in_process=True``): the policy is
 saved once into a temporary safetensors folder that vLLM loads, and later weights are pushed
-in memory (``collective_rpc("reload_weights", weights_iterator=...)``). Out of process, the
-weights travel through a safetensors folder instead. Starting the engine must not change
+in memory (the ``memory`` transport: ``collective_rpc("reload_weights", weights_iterator=...)``).
+Out of process, the weights travel through a safetensors folder instead (the ``folder``
+transport; :mod:`grpo_lightning.rollout.transports`).
+
+Registered as the ``vllm`` engine (options: ``rollout.vllm``, :class:`VLLMConfig`); with
+``rollout.vllm.server.launch`` or ``.url`` it is a server's client instead
+(:class:`~grpo_lightning.rollout.vllm_server.VLLMServerEngine`). Starting the engine must not change
 the trainer's RNG streams or thread count (:mod:`grpo_lightning.rollout.side_effects`).
 
 Every call into vLLM goes through one worker thread, in submission order. That is what makes
@@ -31,27 +36,17 @@ import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from grpo_lightning.config import TrainConfig, VLLMConfig
 from grpo_lightning.models.lora import save_merged
-from grpo_lightning.rollout.engine import Completion, GenerationRequest, SamplingSettings
+from grpo_lightning.rollout.engine import ENGINES, Completion, GenerationRequest, RolloutEngine, Sampling
 from grpo_lightning.rollout.side_effects import preserved_process_state
-
-
-@dataclass(frozen=True)
-class VLLMSettings:
-    """How the engine is started; mirrors ``rollout.vllm`` in the config (see its help text)."""
-
-    in_process: bool = True
-    kv_cache_gib: float = 1.0
-    gpu_memory_utilization: float = 0.3
-    max_model_len: int | None = None
-    dtype: str = "float32"
-    enforce_eager: bool = True
-    seed: int = 0
+from grpo_lightning.rollout.transports import TRANSPORTS
+from grpo_lightning.rollout.vllm_server import VLLMServerEngine
+from grpo_lightning.step import PolicyWeights
 
 
 def _is_cpu_platform() -> bool:
@@ -66,8 +61,19 @@ class VLLMEngine:
     owns_weights = True  # the trainer pushes every update (load_weights)
     supports_async = True  # generate_async runs on the engine's own thread
 
-    def __init__(self, model_dir: str | Path, settings: VLLMSettings = VLLMSettings(), eos_token_id: int | None = None):
-        self.settings = settings
+    def __init__(
+        self,
+        model_dir: str | Path,
+        config: VLLMConfig,
+        seed: int,
+        eos_token_id: int | None = None,
+        transport: str | None = None,
+    ):
+        """``config`` is ``rollout.vllm``, ``seed`` the run's; ``transport`` names how weights are
+        pushed (None: ``memory`` in process, ``folder`` out of process)."""
+        self.config = config
+        self.seed = seed
+        self.transport = TRANSPORTS[transport or ("memory" if config.in_process else "folder")]()
         self.model_dir = str(model_dir)
         self.eos_token_id = eos_token_id
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-engine")
@@ -79,19 +85,19 @@ class VLLMEngine:
 
     # ------------------------------------------------------------------ start
     @classmethod
-    def from_policy(cls, policy, tokenizer, settings: VLLMSettings = VLLMSettings()) -> VLLMEngine:
+    def from_policy(cls, policy, tokenizer, config: VLLMConfig, seed: int) -> VLLMEngine:
         """Save ``policy`` and ``tokenizer`` into a temporary folder and start vLLM on it.
 
         The folder lives as long as the engine (vLLM reads the config and tokenizer from it).
         """
         folder = tempfile.TemporaryDirectory(prefix="grpo-vllm-model-")
         save_merged(policy, folder.name, tokenizer)  # a LoRA policy: its merged weights
-        engine = cls(folder.name, settings, eos_token_id=tokenizer.eos_token_id)
+        engine = cls(folder.name, config, seed, eos_token_id=tokenizer.eos_token_id)
         engine._model_folder = folder  # keep it alive
         return engine
 
     def _start(self):
-        s = self.settings
+        s = self.config
         # vLLM reads these lazily (also after start-up), so they stay set for the process.
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if s.in_process else "1"
         # An explicit KV budget (CPU and GPU alike; on CPU it replaces VLLM_CPU_KVCACHE_SPACE,
@@ -108,7 +114,7 @@ class VLLMEngine:
                 model=self.model_dir,
                 dtype=s.dtype,
                 enforce_eager=s.enforce_eager,
-                seed=s.seed,
+                seed=self.seed,
                 logprobs_mode="processed_logprobs",
                 **kwargs,
             )
@@ -142,10 +148,10 @@ class VLLMEngine:
             if cuda_state is not None:
                 torch.cuda.set_rng_state_all(cuda_state)
 
-    def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
+    def generate(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:
         return self._blocking(self.generate_async(requests, sampling))
 
-    def generate_async(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> Future:
+    def generate_async(self, requests: list[GenerationRequest], sampling: Sampling) -> Future:
         """Queue a generation behind every call submitted before it; returns its future.
 
         ``future.timing["seconds"]`` is set to the time vLLM itself spent on it (not the
@@ -165,7 +171,7 @@ class VLLMEngine:
         return completions
 
     @staticmethod
-    def sampling_params(request: GenerationRequest, sampling: SamplingSettings):
+    def sampling_params(request: GenerationRequest, sampling: Sampling):
         """One request's ``SamplingParams``: n=1 and the request's own seed, never a shared one."""
         from vllm import SamplingParams
 
@@ -180,7 +186,7 @@ class VLLMEngine:
             detokenize=False,
         )
 
-    def _generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
+    def _generate(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:
         from vllm.inputs import TokensPrompt
 
         prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
@@ -233,27 +239,36 @@ class VLLMEngine:
     def _load_weights(self, snapshot: list[tuple[str, torch.Tensor]], version: int | None) -> float:
         start = time.perf_counter()
         self.weight_version = version
-        if self.settings.in_process:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": snapshot})
-        else:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self._write_folder(snapshot)})
+        self.transport.push(PolicyWeights(snapshot, version), self)
         self.llm.reset_prefix_cache()
         return time.perf_counter() - start
 
-    def _write_folder(self, snapshot: list[tuple[str, torch.Tensor]]) -> str:
-        from grpo_lightning.rollout.vllm_server import save_weights_folder
+    def reload_weights(self, **source) -> None:
+        """vLLM's ``reload_weights`` (what a transport calls), on the worker thread it runs on."""
+        self.llm.collective_rpc("reload_weights", kwargs=source)
 
+    def sync_folder(self) -> str:
+        """A temporary folder the engine process reads pushed weights from (``folder`` transport)."""
         if self._sync_dir is None:
             self._sync_dir = tempfile.TemporaryDirectory(prefix="grpo-vllm-sync-")
-        return save_weights_folder(snapshot, self._sync_dir.name)
+        return self._sync_dir.name
 
     def close(self) -> None:
         """Finish queued work, stop an out-of-process engine core, stop the worker thread.
 
         The engine is unusable after. An in-process engine is freed with the object.
         """
-        if not self.settings.in_process:
+        if not self.config.in_process:
             core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
             if core is not None and hasattr(core, "shutdown"):
                 self._submit(core.shutdown).result()
         self._worker.shutdown(wait=True)
+
+
+@ENGINES.register("vllm", options=VLLMConfig)
+def vllm_engine(policy, tokenizer, cfg: TrainConfig) -> RolloutEngine:
+    """vLLM on the policy's weights: in this process (or its own), or a server's client when
+    ``rollout.vllm.server`` names one (``launch`` or ``url``)."""
+    if cfg.rollout.uses_server:
+        return VLLMServerEngine.from_policy(policy, tokenizer, cfg.rollout.vllm, cfg.trainer.seed)
+    return VLLMEngine.from_policy(policy, tokenizer, cfg.rollout.vllm, cfg.trainer.seed)

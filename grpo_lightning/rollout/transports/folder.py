@@ -1,0 +1,38 @@
+"""``folder``: the policy's tensors go through a safetensors file the engine's process reads
+(a vLLM engine out of this process, a vLLM server on this host or a shared file system)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from safetensors.torch import save_file
+
+from grpo_lightning.rollout.transport import TRANSPORTS, WeightReceiver
+from grpo_lightning.step import PolicyWeights
+
+
+def save_weights_folder(named_tensors, folder: str) -> str:
+    """Write ``named_tensors`` as ``folder/model.safetensors`` for vLLM to reload.
+
+    Tensors that share memory (tied input and output embeddings, as in SmolLM2) are written
+    as copies: safetensors refuses shared tensors, and vLLM reads each name it needs.
+    """
+    seen: set[int] = set()
+    tensors = {}
+    for name, tensor in named_tensors:
+        tensor = tensor.detach().cpu().contiguous()
+        pointer = tensor.untyped_storage().data_ptr()
+        tensors[name] = tensor.clone() if pointer in seen else tensor
+        seen.add(pointer)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    save_file(tensors, os.path.join(folder, "model.safetensors"))
+    return folder
+
+
+@TRANSPORTS.register("folder")
+class FolderTransport:
+    """Writes the weights into the engine's :meth:`sync_folder`, then has it reload from there."""
+
+    def push(self, weights: PolicyWeights, engine: WeightReceiver) -> None:
+        engine.reload_weights(weights_path=save_weights_folder(weights.tensors, engine.sync_folder()))
