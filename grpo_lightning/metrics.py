@@ -1,8 +1,8 @@
 """The step's metrics: computed once from its records, written straight to the loggers.
 
 Straight to the loggers rather than through ``LightningModule.log``: Lightning's ``self.log``
-costs about 0.2 ms per key and call (it moves each metric's whole state object to the
-device), a tenth of a step of the tiny policy for the module's 25 keys. Only
+moves each metric's whole state object to the device on every key and call, a visible share of
+a small model's step for the module's keys (measured: docs/performance.md). Only
 :data:`CALLBACK_METRICS` also go through ``self.log``, for callbacks and notebooks.
 """
 

@@ -90,7 +90,11 @@ def cli() -> None:
     """The console script: phase 1 of the composition (import ``plugins``, hold back dict
     assignments) on the command line, then Hydra composes and runs :func:`main`; errors end as
     :mod:`grpo_lightning.cli_errors` says (one or two lines and exit 2 for what the user can fix,
-    a traceback for a bug)."""
+    a traceback for a bug). ``grpo-lightning help GROUP`` prints that group's keys with their help."""
+    if sys.argv[1:2] == ["help"]:
+        from grpo_lightning.config_docs import cli_help
+
+        sys.exit(cli_help(sys.argv[2:]))
     run_cli(_plan_then_main)
 
 

@@ -8,13 +8,9 @@ lightning makes one), so the choice (``trainer.huge_pages``) is applied explicit
 never on import: the CLI applies it (:func:`apply_huge_pages`) before it imports lightning, a
 notebook or script calls :func:`prefer_huge_pages` before its imports, ``build_run`` applies it
 again (too late only if something allocated first) and reports whether it took effect
-(:func:`huge_pages_report`). Measured on
-SmolLM2-135M, 4 x 8 x 32 tokens, checkpointing on, 4 steps, one thread: LoRA rank 16 peak RSS
-2306-2397 -> 1696-1730 MB and full float32 3592-3593 -> 3385-3387 MB, with the run's time
-unchanged (LoRA 73-76 s both ways, full 73-76 s vs 77-78 s); full float32 at 4 x 8 x 64 tokens
-with HF generate: median step 30.6 s vs 29.1-31.0 s, peak 3441-3452 vs 4145-4318 MB. The step's
-phases leave less resident slack in glibc's heap this way; the effect is measured, not derived.
-Not every program gains: TRL's tiny-model step was 1.8x slower with them (README, Memory).
+(:func:`huge_pages_report`). The step's phases leave less resident slack in glibc's heap
+this way, for a lower peak at the same step time; the effect is measured, not derived, and not
+every program gains (docs/performance.md, "Huge pages and malloc's threshold").
 
 **Freed memory back to the OS, opt-in.**
 
@@ -27,11 +23,8 @@ phases' leftovers, not their maximum. ``mallopt(M_MMAP_THRESHOLD, n)`` fixes the
 (the same as starting Python with ``MALLOC_MMAP_THRESHOLD_=n``): blocks of ``n`` bytes and
 more always come from ``mmap`` and go back to the OS when freed.
 
-It is opt-in (``trainer.malloc_mmap_threshold``) because fresh memory costs page faults:
-SmolLM2-135M, full float32 training, 4 x 8 x 64 tokens, checkpointing on, one thread: peak RSS
-4564 -> 3326 MB (-27%) at 131072 bytes, but the step took 60 s instead of 48 s (+24%); at 1 MiB
-3364 MB and 55 s, at 4 MiB 3666 MB and 53 s. On the tiny model 1-4 MiB cost nothing measurable
-and 128 KiB 30%.
+It is opt-in (``trainer.malloc_mmap_threshold``) because fresh memory costs page faults: a
+lower peak for a slower step (the trade at several thresholds: docs/performance.md).
 """
 
 from __future__ import annotations

@@ -3,10 +3,9 @@
 On a GPU the training phase of a model with a small hidden size is bound by memory traffic,
 not by its matmuls: Hugging Face's decoder layers run their norms, rotary embeddings, SiLU,
 residual adds and dtype casts as separate kernels, each reading and writing the whole
-activation (a Qwen2-0.5B-shaped model's training phase reached 12% of an H100's bf16 peak).
-Inductor fuses those into a few kernels per layer. Measured there (``benchmarks/gpu_qwen2.py``):
-the training phase 18% shorter for full training and 25% for LoRA, peak memory a quarter
-lower, for about a minute of compilation over the first steps.
+activation. Inductor fuses those into a few kernels per layer: a shorter training phase and a
+lower peak for a compilation over the first steps (measured with ``benchmarks/gpu_qwen2.py``:
+docs/performance.md, "On a GPU").
 
 Regional, not whole-model: every decoder layer runs the same code, so one compiled graph
 (parameters passed as inputs) serves all of them, and the first step pays one layer's
@@ -63,7 +62,7 @@ def eager_generation(model: nn.Module) -> Iterator[None]:
     ``nn.Module.compile`` keeps the compiled call in ``_compiled_call_impl`` and ``__call__``
     takes it whenever it is set; it is unset for the block. (``torch.compiler.set_stance
     ("force_eager")`` would also run them eagerly, but through dynamo's wrapper on every layer
-    call: decoding is host-bound on a GPU, and it made HF generate 30% slower there.)
+    call: decoding is host-bound on a GPU, and the wrapper made HF generate slower there.)
     """
     if not is_compiled(model):
         yield

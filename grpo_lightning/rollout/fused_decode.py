@@ -3,12 +3,12 @@
 On a small model a transformers forward of one token costs several times its arithmetic: it
 builds an attention mask, grows a cache object by concatenation, recomputes the rotary
 angles, runs q, k and v (and gate and up) as separate matmuls and goes through a dozen
-module calls per layer. On the tiny policy (hidden 64, batch 64) that is 0.85 ms a token,
-of which the matmuls are 0.15 ms. :class:`FusedDecoder` runs the same layers from the
+module calls per layer; on a tiny policy the matmuls are a small part of a token's time.
+:class:`FusedDecoder` runs the same layers from the
 model's own weights with one q/k/v and one gate/up matmul per layer, the rotary embedding of
 q and k as one complex multiplication with angles computed once per rollout by the model's
-own rotary module, and a preallocated KV cache read in place: about 0.5 ms a token there (a
-rollout's decoding in 0.42 of the forward's time), and the prefill in 0.6 of the forward's.
+own rotary module, and a preallocated KV cache read in place (the speed-up, measured:
+docs/performance.md).
 
 It covers small models (``FUSED_MAX_COPY_BYTES``: on larger ones a step is bound by its
 matmuls and the forward is as fast) whose decoder is exactly Llama's (``FUSED_ARCHITECTURES``):
@@ -34,8 +34,8 @@ STATIC_ROPE_TYPES = ("default", "linear", "llama3")
 FUSED_CHECK_ATOL = 1e-4
 # The fused q/k/v and gate/up matmuls are copies of about four fifths of the decoder's weights,
 # made once per rollout. Above this size a decode step is bound by its matmuls, where the fused
-# decoder saves nothing (SmolLM2-135M: 140 ms a step either way, for a 266 MiB copy), so larger
-# models keep the forward.
+# decoder saves nothing (SmolLM2-135M's copy would be 266 MiB, for no gain: docs/performance.md),
+# so larger models keep the forward.
 FUSED_MAX_COPY_BYTES = 64 * 2**20
 
 
