@@ -55,10 +55,13 @@ def train(tmp_path: Path, *args: str) -> list[dict[str, float]]:
     result = cli(tmp_path, *TINY, *args)
     assert result.returncode == 0, result.stderr[-3000:]
     (metrics,) = (tmp_path / "run").glob("csv/version_*/metrics.csv")
+    by_step: dict[str, dict[str, float]] = {}  # the module and the health monitor log separate rows per step
     with open(metrics) as handle:
-        rows = [r for r in csv.DictReader(handle) if r.get("reward/mean")]
+        for row in csv.DictReader(handle):
+            by_step.setdefault(row["step"], {}).update({k: float(v) for k, v in row.items() if v != ""})
+    rows = [row for row in by_step.values() if "reward/mean" in row]
     assert len(rows) == 2
-    return [{k: float(v) for k, v in row.items() if v != ""} for row in rows]
+    return rows
 
 
 def test_the_reward_example_scores_the_run(tmp_path):
@@ -95,3 +98,23 @@ def test_the_loss_example_is_the_loss_the_run_trains_with(tmp_path):
     informative = [row for row in rows if row["reward/frac_zero_std"] < 1.0]
     assert informative, "no group had reward variance: the test cannot tell the losses apart"
     assert all(abs(row["train/loss"]) > 1e-6 for row in informative)
+
+
+def test_the_health_check_example_alerts_as_its_option_says(tmp_path):
+    plugin = "plugins=[examples/plugins/long_completions_check.py]"
+    rows = train(tmp_path, plugin, "health.long_completions.max_mean_tokens=0.5")
+    for row in rows:
+        assert row["health/long_completions/mean_tokens"] == pytest.approx(row["completions/mean_length"])
+        assert row["health/alert/long_completions"] == 1.0  # every completion has at least one token
+    quiet = train(tmp_path / "quiet", plugin, "health.long_completions.max_mean_tokens=1000")
+    assert all(row["health/alert/long_completions"] == 0.0 for row in quiet)
+
+
+def test_the_engine_example_samples_the_completions_trained_on(tmp_path):
+    plugin = "plugins=[examples/plugins/uniform_engine.py]"
+    first = train(tmp_path / "a", plugin, "rollout.engine=uniform_tokens")
+    again = train(tmp_path / "b", plugin, "rollout.engine=uniform_tokens")
+    # Seeded per request: the same run twice samples the same completions ...
+    assert [r["completions/mean_length"] for r in first] == [r["completions/mean_length"] for r in again]
+    # ... and the samples of a group differ (independent streams), so some groups carry signal.
+    assert any(row["reward/frac_zero_std"] < 1.0 for row in first)

@@ -2,9 +2,6 @@
 
     grpo-lightning plugins=[examples/plugins/long_completions_check.py] health.long_completions.max_mean_tokens=6
 
-TODO(integrator): written against the health-check registry that is landing
-(``grpo_lightning.health.base.register_check`` and ``grpo_lightning.config.CheckConfig``); it
-is not on main yet, so tests/test_extending_examples.py does not run this file.
 
 A check returns *local sums* from ``measure``; the monitor adds them up over all ranks, so every
 rank evaluates the same totals and reaches the same verdict. Its options (action, patience and

@@ -2,9 +2,6 @@
 
     grpo-lightning plugins=[examples/plugins/uniform_engine.py] rollout.engine=uniform_tokens
 
-TODO(integrator): written against the engine registry that is landing
-(``grpo_lightning.rollout.engine.ENGINES``, entries ``factory(policy, tokenizer, cfg) -> engine``);
-it is not on main yet, so tests/test_extending_examples.py does not run this file.
 
 A baseline that ignores the policy: each completion is tokens drawn uniformly from the
 vocabulary. It keeps the one rule every engine must keep (F1, F2): request i is sampled from a
