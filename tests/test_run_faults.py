@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import warnings
+from types import SimpleNamespace
 
 import lightning as L
 import pytest
@@ -24,6 +25,7 @@ from grpo_lightning.guards import NonFiniteTrainingError
 from grpo_lightning.runtime import checksums
 from grpo_lightning.runtime.resume_check import CONFIG_KEY
 from grpo_lightning.runtime.run_lock import RunFolderBusy, RunLock, lock_run_folder
+from grpo_lightning.runtime.stop_signals import StopSignals
 
 
 def config(make_config, folder, steps=4, **overrides):
@@ -244,3 +246,19 @@ def test_resume_with_a_config_that_breaks_exact_resume_is_refused(tmp_path, conf
     )
     _, trainer = train(allowed)
     assert trainer.global_step == 3
+
+
+def test_the_stop_is_agreed_by_all_ranks_at_the_step_boundary():
+    """A signal that reached only another rank stops this one after the same step (an all-reduce max)."""
+
+    def trainer(other_rank: int):
+        reduce = lambda t, reduce_op: torch.maximum(t, torch.tensor(float(other_rank)))  # noqa: E731
+        strategy = SimpleNamespace(root_device=torch.device("cpu"), reduce=reduce)
+        return SimpleNamespace(world_size=2, strategy=strategy)
+
+    here = StopSignals()
+    assert here.agreed(trainer(0)) is None
+    assert here.agreed(trainer(signal.SIGTERM)) == signal.SIGTERM
+    here.received = signal.SIGINT
+    assert here.agreed(trainer(0)) == signal.SIGINT
+    assert here.agreed(SimpleNamespace(world_size=1)) == signal.SIGINT
