@@ -36,6 +36,8 @@ from grpo_lightning.rollout import (
     WeightSync,
 )
 from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
+from grpo_lightning.runtime.resume_check import config_record
+from grpo_lightning.runtime.run_lock import RunLock, lock_run_folder
 from grpo_lightning.sharding import build_strategy
 from grpo_lightning.tasks import task_records
 
@@ -55,6 +57,7 @@ class Run:
     tokenizer: PreTrainedTokenizerBase
     health: HealthMonitor | None = None
     checkpoints: RunCheckpoints | None = None  # periodic checkpoints, hf/ export, SIGINT/SIGTERM
+    lock: RunLock | None = None  # the output folder's lock (global rank 0), released when fit ends
 
     @property
     def rollout(self) -> RolloutGenerator:
@@ -120,7 +123,11 @@ def fit(run: Run, trainer: L.Trainer, cfg: TrainConfig) -> None:
     ckpt_path = resume_path(cfg.trainer.resume, cfg.trainer.output_dir)
     if has_val and cfg.eval.before_training and ckpt_path is None:
         trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
-    fit_refusing_code(trainer, run.module, run.datamodule, ckpt_path)  # checkpoints load as data, never code
+    try:
+        fit_refusing_code(trainer, run.module, run.datamodule, ckpt_path)  # checkpoints load as data, never code
+    finally:
+        if run.lock is not None:
+            run.lock.release()
     if run.checkpoints is not None and run.checkpoints.interrupted is not None:
         return
     every, batches = cfg.eval.every_n_steps, run.datamodule.num_batches or 0
@@ -159,6 +166,7 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
     resolved Hydra config).
     """
     validate_config(cfg)
+    lock = lock_run_folder(cfg.trainer.output_dir)  # a second run in this folder fails here, at once
     apply_huge_pages(cfg.trainer.huge_pages)  # in time only if nothing allocated yet (allocator.py)
     if cfg.trainer.num_threads > 0:
         torch.set_num_threads(cfg.trainer.num_threads)
@@ -220,9 +228,11 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
         every_n_steps=t.checkpoint_every_n_steps,
         keep=t.keep_checkpoints,
         export_every_n_steps=t.export_every_n_steps,
+        config=config_record(cfg),
+        allow_changes=t.resume_allow_changes,
     )
     callbacks.append(checkpoints)
     logger = build_logger(cfg, logged_config)
     if isinstance(logger, WandbLogger) and cfg.logger.table_every_n_steps > 0:
         callbacks.append(CompletionsTable(cfg.logger.table_every_n_steps, cfg.logger.table_rows))
-    return Run(module, datamodule, callbacks, logger, tokenizer, health, checkpoints)
+    return Run(module, datamodule, callbacks, logger, tokenizer, health, checkpoints, lock)

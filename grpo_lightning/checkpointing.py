@@ -24,8 +24,18 @@ Checkpoints are data, never code: all of that is tensors, numbers, strings, list
 ``torch.load(weights_only=True)``, so a checkpoint holding any other object (a crafted one
 whose unpickling would run code) is refused with a :class:`CheckpointError` before it runs.
 
+Each checkpoint has a SHA-256 sidecar (:mod:`~grpo_lightning.runtime.checksums`), checked on
+resume: ``trainer.resume=auto`` skips a corrupt one for the newest good one (saying which), an
+explicit corrupt path is a :class:`CheckpointError`. Each also stores the run's config, and a resume
+that would not continue exactly is refused (:mod:`~grpo_lightning.runtime.resume_check`). A write
+that fails (disk full) leaves no temporary file and the previous checkpoints intact, and ends the
+run with one line; so does a failed export, after saving a checkpoint if the step had none.
+
 On SIGINT or SIGTERM the run finishes the current step, writes a checkpoint and
-``hf/step_<N>``, says where, and stops; the CLI then exits with 128 + the signal number.
+``hf/step_<N>``, says where, and stops; the CLI then exits with 128 + the signal number. A second
+signal stops at once (:mod:`~grpo_lightning.runtime.stop_signals`). When the non-finite guard stops
+the run, the last good weights (the current ones: the guard skipped the bad steps) are saved and
+its message says where.
 """
 
 from __future__ import annotations
@@ -45,8 +55,12 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from grpo_lightning.errors import CheckpointError
 from grpo_lightning.export import export_hf
+from grpo_lightning.guards import NonFiniteTrainingError
 from grpo_lightning.models.lora import full_state_dict
 from grpo_lightning.plain_state import NOT_CODE, RefusedState
+from grpo_lightning.runtime import checksums
+from grpo_lightning.runtime.resume_check import CONFIG_KEY, check_resume
+from grpo_lightning.runtime.stop_signals import StopSignals
 from grpo_lightning.sharding import is_sharded
 
 CHECKPOINT_DIR = "checkpoints"
@@ -69,17 +83,43 @@ def checkpoints_in(output_dir: str | Path) -> list[Path]:
 
 
 def resume_path(resume: str | None, output_dir: str | Path) -> Path | None:
-    """The checkpoint ``trainer.resume`` points to: None (start fresh), ``auto`` or a path."""
+    """The checkpoint ``trainer.resume`` points to: None (start fresh), ``auto`` (the newest whose
+    checksum holds) or a path (refused when its checksum does not)."""
     if resume is None:
         return None
-    if resume == "auto":
-        found = checkpoints_in(output_dir)
-        if not found:
-            say(f"trainer.resume=auto: no checkpoint under {Path(output_dir) / CHECKPOINT_DIR}; starting fresh")
-            return None
-        say(f"trainer.resume=auto: resuming from {found[-1]}")
-        return found[-1]
-    return Path(resume)
+    if resume != "auto":
+        return _verified(Path(resume))
+    folder = Path(output_dir) / CHECKPOINT_DIR
+    found = checkpoints_in(output_dir)
+    if not found:
+        say(f"trainer.resume=auto: no checkpoint under {folder}; starting fresh")
+        return None
+    for path in reversed(found):
+        problem = checksums.check(path)
+        if problem not in (None, "missing"):
+            say(f"trainer.resume=auto: skipping corrupt checkpoint {path}: {problem}")
+            continue
+        _verified(path, problem)
+        say(f"trainer.resume=auto: resuming from {path}")
+        return path
+    raise CheckpointError(
+        f"trainer.resume=auto: every checkpoint under {folder} is corrupt (checksums do not match); "
+        f"move them away to start fresh, or resume from a copy with trainer.resume=<path>"
+    )
+
+
+def _verified(path: Path, problem: str | None = "unchecked") -> Path:
+    """``path`` when its checksum holds or it has none (said once); else a :class:`CheckpointError`."""
+    if problem == "unchecked":
+        problem = checksums.check(path)
+    if problem == "missing":
+        say(f"checkpoint {path} has no checksum file (written before checksums): resuming from it unverified")
+    elif problem is not None:
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt: {problem}; resume from another one (trainer.resume=auto takes the "
+            f"newest good one)"
+        )
+    return path
 
 
 def fit_refusing_code(trainer: L.Trainer, module, datamodule, ckpt_path: str | Path | None) -> None:
@@ -143,6 +183,8 @@ class RunCheckpoints(L.Callback):
         keep: int = 2,
         export_every_n_steps: int = 0,
         handle_signals: bool = True,
+        config: dict | None = None,
+        allow_changes: bool = False,
     ):
         self.output_dir = Path(output_dir)
         self.tokenizer = tokenizer
@@ -150,11 +192,12 @@ class RunCheckpoints(L.Callback):
         self.keep = keep
         self.export_every_n_steps = export_every_n_steps
         self.handle_signals = handle_signals
+        self.config = config  # the run's config as JSON-able data (resume_check.config_record)
+        self.allow_changes = allow_changes
         self.interrupted: int | None = None  # the signal number that stopped the run
         self.last_checkpoint: Path | None = None
         self.last_export: Path | None = None
-        self._signal = None
-        self._previous_handlers: dict[int, object] = {}
+        self.signals = StopSignals()
         self._rng_to_restore: dict | None = None
         self._last_step = 0
 
@@ -168,7 +211,12 @@ class RunCheckpoints(L.Callback):
             raise RefusedState.pickled("RNG state")
         self._rng_to_restore = rng
 
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module, checkpoint: dict) -> None:
+        if self.config is not None:
+            checkpoint[CONFIG_KEY] = self.config
+
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module, checkpoint: dict) -> None:
+        check_resume(checkpoint, self.config, trainer.max_steps, self.allow_changes, trainer.ckpt_path)
         # A run's last checkpoint is written at its last batch, which Lightning marks as the
         # end of the (one) epoch: resumed with a larger trainer.max_steps it would stop at
         # once ("max_epochs=1 reached"). The epoch now has more batches (build_datamodule),
@@ -185,17 +233,18 @@ class RunCheckpoints(L.Callback):
             set_rng_state(self._rng_to_restore)
             self._rng_to_restore = None
         if self.handle_signals:
-            self._install_handlers()
+            self.signals.install()
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         step, last = trainer.global_step, self._last_step
         self._last_step = step
-        if self._signal is not None:
-            self.interrupted = self._signal
+        stop = self.signals.agreed(trainer)  # every rank, every step: the same decision everywhere
+        if stop is not None:
+            self.interrupted = stop
             path = self.save(trainer)
             export = self.export(trainer, pl_module, f"step_{step}")
             say(
-                f"stopped by {signal.Signals(self._signal).name} after step {step}: "
+                f"stopped by {signal.Signals(stop).name} after step {step}: "
                 f"checkpoint {path}, model {export}; continue with trainer.resume=auto"
             )
             trainer.should_stop = True
@@ -209,59 +258,86 @@ class RunCheckpoints(L.Callback):
             self.export(trainer, pl_module, f"step_{step}")
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._restore_handlers()
+        self.signals.restore()
         if self.interrupted is None:
             self.export(trainer, pl_module, "final")
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        self._restore_handlers()
+        self.signals.restore()
+        if isinstance(exception, NonFiniteTrainingError):
+            exception.args = (f"{exception} {self._save_last_good(trainer)}",)
+
+    def _save_last_good(self, trainer: L.Trainer) -> str:
+        """Save the weights the guard kept (unless a checkpoint of this step holds them); where, in words."""
+        path = self.output_dir / CHECKPOINT_DIR / f"step_{trainer.global_step:08d}.ckpt"
+        try:
+            if not path.exists():
+                path = self.save(trainer)
+        except CheckpointError as err:
+            return f"The last good weights could not be saved: {err}"
+        return f"The last good weights are saved in {path}: continue from them with trainer.resume=auto."
 
     # ----------------------------------------------------------------------- writing
     def save(self, trainer: L.Trainer) -> Path:
-        """``trainer.save_checkpoint`` under a temporary name, renamed into place; prune old ones."""
+        """``trainer.save_checkpoint`` under a temporary name, its checksum, then renamed into place;
+        prune old ones. A failed write (disk full) removes the temporary file and raises one line."""
         folder = self.output_dir / CHECKPOINT_DIR
         target = folder / f"step_{trainer.global_step:08d}.ckpt"
         staging = folder / f".{target.name}.tmp"
-        trainer.save_checkpoint(staging)
-        if trainer.is_global_zero:
-            with open(staging, "rb") as handle:
-                os.fsync(handle.fileno())
-            os.replace(staging, target)
-            for old in checkpoints_in(self.output_dir)[: -self.keep]:
-                old.unlink(missing_ok=True)
-        trainer.strategy.barrier()
+        failed, written = None, False
+        try:
+            trainer.save_checkpoint(staging)
+            written = True
+            if trainer.is_global_zero:
+                with open(staging, "rb") as handle:
+                    os.fsync(handle.fileno())
+                checksums.write_checksum(staging, target)
+                os.replace(staging, target)
+                for old in checkpoints_in(self.output_dir)[: -self.keep]:
+                    old.unlink(missing_ok=True)
+                    checksums.sidecar(old).unlink(missing_ok=True)
+        except OSError as err:
+            failed = err
+            staging.unlink(missing_ok=True)
+            if not written and trainer.world_size > 1:
+                trainer.strategy.barrier()  # the one save_checkpoint did not reach
+        if _any_rank(trainer, failed is not None):
+            previous = self.last_checkpoint or (checkpoints_in(self.output_dir) or [None])[-1]
+            raise CheckpointError(
+                f"cannot write checkpoint {target}: {_reason(failed)}; "
+                f"{f'the previous checkpoint {previous} is intact' if previous else 'no earlier checkpoint'}. "
+                f"Free space under {folder} (or lower trainer.keep_checkpoints), then continue with "
+                f"trainer.resume=auto"
+            ) from failed
         self.last_checkpoint = target
         return target
 
     def export(self, trainer: L.Trainer, pl_module, name: str) -> Path:
+        """The policy as ``hf/<name>``; a failed write keeps (or first saves) the step's checkpoint."""
         folder = self.output_dir / "hf" / name
         # trainer.strategy=fsdp: every rank gathers the shards (a collective), rank 0 writes them.
         state = full_state_dict(pl_module.policy) if is_sharded(pl_module.policy) else None
+        failed = None
         if trainer.is_global_zero:
-            export_hf(pl_module.policy, self.tokenizer, folder, state=state)
+            try:
+                export_hf(pl_module.policy, self.tokenizer, folder, state=state)
+            except OSError as err:
+                failed = err
+        if _any_rank(trainer, failed is not None):
+            path = self.output_dir / CHECKPOINT_DIR / f"step_{trainer.global_step:08d}.ckpt"
+            kept = path if path.exists() else self.save(trainer)
+            raise CheckpointError(
+                f"cannot write the model to {folder}: {_reason(failed)}; the run's checkpoint {kept} is intact: "
+                f"free space, then export it by resuming from it"
+            ) from failed
         self.last_export = folder
         return folder
 
-    # ----------------------------------------------------------------------- signals
-    def _install_handlers(self) -> None:
-        try:
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
-        except ValueError:  # not the main thread: leave signals alone
-            self._previous_handlers.clear()
 
-    def _restore_handlers(self) -> None:
-        for signum, handler in self._previous_handlers.items():
-            signal.signal(signum, handler)
-        self._previous_handlers.clear()
+def _any_rank(trainer: L.Trainer, failed: bool) -> bool:
+    """Whether any rank failed (one all-reduce with several ranks): all raise together, none hangs."""
+    return trainer.strategy.reduce_boolean_decision(failed, all=False) if trainer.world_size > 1 else failed
 
-    def _on_signal(self, signum, frame) -> None:
-        if self._signal is not None:  # a second signal: stop now, the default way
-            self._restore_handlers()
-            signal.raise_signal(signum)
-            return
-        self._signal = signum
-        say(
-            f"got {signal.Signals(signum).name}: stopping after this step to write a "
-            f"checkpoint and the model (send it again to stop at once)"
-        )
+
+def _reason(err: OSError | None) -> str:
+    return (err.strerror or str(err)) if err is not None else "it failed on another rank"

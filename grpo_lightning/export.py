@@ -42,13 +42,16 @@ def export_hf(
         save_merged(policy, staging, state=state)  # config, weights, generation config
         if is_peft_model(policy):
             save_adapter(policy, staging / ADAPTER_FOLDER, state=state)
+        tokenizer.save_pretrained(staging)
+        generation = getattr(policy, "generation_config", None)
+        if generation is not None and not (staging / "generation_config.json").exists():
+            generation.save_pretrained(staging)
+    except BaseException:  # disk full, a kill: no half folder left behind
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     finally:
         if bars:
             hf_logging.enable_progress_bar()
-    tokenizer.save_pretrained(staging)
-    generation = getattr(policy, "generation_config", None)
-    if generation is not None and not (staging / "generation_config.json").exists():
-        generation.save_pretrained(staging)
     if folder.exists():
         old = folder.parent / f".{folder.name}.old{os.getpid()}"
         folder.rename(old)
