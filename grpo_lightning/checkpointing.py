@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_only
 
-from grpo_lightning.errors import CheckpointError
+from grpo_lightning.errors import CheckpointError, UserError
 from grpo_lightning.export import export_hf
 from grpo_lightning.models.lora import full_state_dict
 from grpo_lightning.plain_state import NOT_CODE, RefusedState
@@ -215,6 +215,19 @@ class RunCheckpoints(L.Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._restore_handlers()
+        if isinstance(exception, UserError) and self.every_n_steps and trainer.global_step and trainer.world_size == 1:
+            self._save_on_failure(trainer, exception)
+
+    def _save_on_failure(self, trainer: L.Trainer, exception: BaseException) -> None:
+        """A user error mid-run (a reward function that raised or exited): keep the steps done, and say
+        where in the error's one line. Not with several ranks: the others would wait in the save's barrier."""
+        target = self.output_dir / CHECKPOINT_DIR / f"step_{trainer.global_step:08d}.ckpt"
+        try:
+            path = target if target.exists() else self.save(trainer)
+        except Exception as err:  # noqa: BLE001  (the user's error stays the one reported)
+            exception.args = (f"{exception} (saving a checkpoint failed too: {type(err).__name__}: {err})",)
+            return
+        exception.args = (f"{exception}; steps up to {trainer.global_step} are saved in {path}",)
 
     # ----------------------------------------------------------------------- writing
     def save(self, trainer: L.Trainer) -> Path:
@@ -222,7 +235,7 @@ class RunCheckpoints(L.Callback):
         folder = self.output_dir / CHECKPOINT_DIR
         target = folder / f"step_{trainer.global_step:08d}.ckpt"
         staging = folder / f".{target.name}.tmp"
-        trainer.save_checkpoint(staging)
+        trainer.save_checkpoint(staging, weights_only=False)  # all state; no "weights_only was not set" line
         if trainer.is_global_zero:
             with open(staging, "rb") as handle:
                 os.fsync(handle.fileno())
