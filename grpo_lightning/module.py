@@ -58,6 +58,7 @@ from grpo_lightning.rollout.generator import RolloutGenerator
 from grpo_lightning.sharding import DATA_PARALLEL, shard_module
 from grpo_lightning.step import PassStats, RolloutBatch, StepContext, StepResult
 from grpo_lightning.step_passes import PassRecorder
+from grpo_lightning.update_check import nonfinite_update_count
 from grpo_lightning.weight_push import CloseRolloutOnException, push_weights
 
 # Re-exported: the records and helpers that used to live here keep their import path.
@@ -250,10 +251,14 @@ class GRPOModule(L.LightningModule):
         elif stats.kept_tokens == 0:
             # No token in the loss: every sequence non-finite, or (mask_truncated) every one cut.
             reason = "no_finite_sequence" if stats.dropped_seqs else "nothing_in_loss"
+        if reason is None:
+            torch.nn.utils.clip_grads_with_norm_(params, self.cfg.max_grad_norm, grad_norm)
+            # Finite gradients can still make a non-finite step (a huge lr): tried first, per tensor.
+            if float(self._sum_over_ranks(nonfinite_update_count(getattr(optimizer, "optimizer", optimizer)))) > 0:
+                reason = "update"
         if reason == "nothing_in_loss":  # nothing to learn from, and nothing went wrong: no step, no alarm
             result.skipped.append(reason)
         elif reason is None:
-            torch.nn.utils.clip_grads_with_norm_(params, self.cfg.max_grad_norm, grad_norm)
             optimizer.step()
             self.lr_schedulers().step()
             self.counters.consecutive_skips = 0
