@@ -155,6 +155,19 @@ class RewardSignalCheckConfig(CheckConfig):
 
 
 @dataclass
+class ConstantRewardCheckConfig(CheckConfig):
+    patience: int = option(1, _PATIENCE_HELP)
+    batches: int = option(
+        3, "Alert when a reward function has returned one value since the run's first this many batches."
+    )
+
+    def check_fields(self, p: str) -> list[str]:
+        problems = super().check_fields(p)
+        check(problems, self.batches >= 1, f"{p}batches={self.batches} must be >= 1")
+        return problems
+
+
+@dataclass
 class NormalizationCheckConfig(CheckConfig):
     patience: int = option(1, _PATIENCE_HELP)
     rtol: float = option(1e-4, "F5: relative tolerance of the ratio-1 identity policy term == aggregate(-advantages).")
@@ -181,6 +194,9 @@ class HealthConfig(Schema):
     reward_signal: RewardSignalCheckConfig = option(
         RewardSignalCheckConfig(), "Fraction of groups with zero reward std."
     )
+    constant_reward: ConstantRewardCheckConfig = option(
+        ConstantRewardCheckConfig(), "A reward function that has returned one value since the start of the run."
+    )
     normalization: NormalizationCheckConfig = option(
         NormalizationCheckConfig(), "F5: one aggregation mode and normalizer for every loss term."
     )
@@ -205,6 +221,7 @@ HEALTH_CHECKS = (
     "degenerate",
     "no_update",
     "reward_signal",
+    "constant_reward",
     "normalization",
     "reward_hacking",
     "truncation",
