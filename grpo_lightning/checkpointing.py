@@ -53,7 +53,7 @@ import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_only
 
-from grpo_lightning.errors import CheckpointError
+from grpo_lightning.errors import CheckpointError, UserError
 from grpo_lightning.export import export_hf
 from grpo_lightning.guards import NonFiniteTrainingError
 from grpo_lightning.models.lora import full_state_dict
@@ -266,6 +266,10 @@ class RunCheckpoints(L.Callback):
         self.signals.restore()
         if isinstance(exception, NonFiniteTrainingError):
             exception.args = (f"{exception} {self._save_last_good(trainer)}",)
+        elif (
+            isinstance(exception, UserError) and not isinstance(exception, CheckpointError) and self._can_save(trainer)
+        ):
+            self._save_on_failure(trainer, exception)
 
     def _save_last_good(self, trainer: L.Trainer) -> str:
         """Save the weights the guard kept (unless a checkpoint of this step holds them); where, in words."""
@@ -277,6 +281,21 @@ class RunCheckpoints(L.Callback):
             return f"The last good weights could not be saved: {err}"
         return f"The last good weights are saved in {path}: continue from them with trainer.resume=auto."
 
+    def _can_save(self, trainer: L.Trainer) -> bool:
+        """Checkpoints are on, a step was taken, and one rank (several would wait in the save's barrier)."""
+        return bool(self.every_n_steps and trainer.global_step and trainer.world_size == 1)
+
+    def _save_on_failure(self, trainer: L.Trainer, exception: BaseException) -> None:
+        """A user error mid-run (a reward function that raised or exited): keep the steps done, and say
+        where in the error's one line. Not with several ranks: the others would wait in the save's barrier."""
+        target = self.output_dir / CHECKPOINT_DIR / f"step_{trainer.global_step:08d}.ckpt"
+        try:
+            path = target if target.exists() else self.save(trainer)
+        except Exception as err:  # noqa: BLE001  (the user's error stays the one reported)
+            exception.args = (f"{exception} (saving a checkpoint failed too: {type(err).__name__}: {err})",)
+            return
+        exception.args = (f"{exception}; steps up to {trainer.global_step} are saved in {path}",)
+
     # ----------------------------------------------------------------------- writing
     def save(self, trainer: L.Trainer) -> Path:
         """``trainer.save_checkpoint`` under a temporary name, its checksum, then renamed into place;
@@ -286,7 +305,7 @@ class RunCheckpoints(L.Callback):
         staging = folder / f".{target.name}.tmp"
         failed, written = None, False
         try:
-            trainer.save_checkpoint(staging)
+            trainer.save_checkpoint(staging, weights_only=False)  # all state; no "weights_only was not set" line
             written = True
             if trainer.is_global_zero:
                 with open(staging, "rb") as handle:

@@ -15,10 +15,8 @@ Data flows one way, and ``training_step`` reads it top to bottom:
 6. **sync**: the module's ``on_train_batch_end`` (Lightning calls it after the callbacks')
    pushes the new weights into an engine that keeps its own (vLLM).
 
-Why the module owns the generator rather than a callback handing it batches: each hop's
-product is passed forward explicitly in one function, a plain ``Trainer`` with no callbacks
-trains and validates (the evaluator uses the same generator), and user callbacks can be
-added freely since none of them is load-bearing.
+The module owns the generator (no callback hands it batches): each hop's product is passed on
+in one function, and a plain ``Trainer`` with no callbacks trains and validates.
 """
 
 from __future__ import annotations
@@ -58,6 +56,7 @@ from grpo_lightning.rollout.generator import RolloutGenerator
 from grpo_lightning.sharding import DATA_PARALLEL, shard_module
 from grpo_lightning.step import PassStats, RolloutBatch, StepContext, StepResult
 from grpo_lightning.step_passes import PassRecorder
+from grpo_lightning.update_check import nonfinite_update_count
 from grpo_lightning.weight_push import CloseRolloutOnException, push_weights
 
 # Re-exported: the records and helpers that used to live here keep their import path.
@@ -69,8 +68,7 @@ warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode",
 
 
 def _default_reference(policy: nn.Module):
-    """The frozen reference: a LoRA policy's own base (adapters off, no copy), else a deep copy
-    (in the policy's dtype)."""
+    """The frozen reference: a LoRA policy's base (adapters off, no copy), else a deep copy."""
     return AdapterDisabledReference(policy) if is_peft_model(policy) else copy.deepcopy(policy)
 
 
@@ -250,10 +248,14 @@ class GRPOModule(L.LightningModule):
         elif stats.kept_tokens == 0:
             # No token in the loss: every sequence non-finite, or (mask_truncated) every one cut.
             reason = "no_finite_sequence" if stats.dropped_seqs else "nothing_in_loss"
+        if reason is None:
+            torch.nn.utils.clip_grads_with_norm_(params, self.cfg.max_grad_norm, grad_norm)
+            # Finite gradients can still make a non-finite step (a huge lr): tried first, per tensor.
+            if float(self._sum_over_ranks(nonfinite_update_count(getattr(optimizer, "optimizer", optimizer)))) > 0:
+                reason = "update"
         if reason == "nothing_in_loss":  # nothing to learn from, and nothing went wrong: no step, no alarm
             result.skipped.append(reason)
         elif reason is None:
-            torch.nn.utils.clip_grads_with_norm_(params, self.cfg.max_grad_norm, grad_norm)
             optimizer.step()
             self.lr_schedulers().step()
             self.counters.consecutive_skips = 0

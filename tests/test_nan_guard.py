@@ -36,10 +36,17 @@ class Snapshots(L.Callback):
 
 
 def fit(policy, tokenizer, steps, *extra_callbacks, **algorithm):
+    module, trainer, snapshots, run = prepared_fit(policy, tokenizer, steps, *extra_callbacks, **algorithm)
+    run()
+    return module, trainer, snapshots
+
+
+def prepared_fit(policy, tokenizer, steps, *extra_callbacks, **algorithm):
+    """The module, trainer and snapshots of a short fit, and the call that runs it."""
     train, _ = arithmetic_records()
     data = PromptDataModule(train, prompts_per_step=4, num_batches=steps)
     rollout = make_generator(policy, tokenizer, max_new_tokens=4, rewards={"test_length": 1.0})
-    module = GRPOModule(policy, AlgorithmConfig(micro_batch_size=16, lr=1e-2, **algorithm), rollout=rollout)
+    module = GRPOModule(policy, AlgorithmConfig(**{"micro_batch_size": 16, "lr": 1e-2, **algorithm}), rollout=rollout)
     snapshots = Snapshots()
     trainer = L.Trainer(
         max_steps=steps,
@@ -51,8 +58,7 @@ def fit(policy, tokenizer, steps, *extra_callbacks, **algorithm):
         limit_val_batches=0,
         callbacks=[snapshots, *extra_callbacks],
     )
-    trainer.fit(module, datamodule=data)
-    return module, trainer, snapshots
+    return module, trainer, snapshots, lambda: trainer.fit(module, datamodule=data)
 
 
 def all_finite(module):

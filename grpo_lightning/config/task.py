@@ -44,6 +44,10 @@ class TaskConfig(Schema):
         {"arithmetic_exact": 0.5, "arithmetic_close": 0.5},
         "Reward function name -> weight; the total reward is the weighted sum.",
     )
+    reward_timeout_s: Optional[float] = option(
+        None,
+        "Seconds a reward function may take per batch; it then runs in a killable worker process. null: no limit.",
+    )
     correctness_reward: Optional[str] = option(
         "arithmetic_exact", "The reward whose score 1 means 'correct' (val/accuracy, val/pass@k); null: no evaluation."
     )
@@ -93,6 +97,8 @@ class TaskConfig(Schema):
             self.max_completion_chars >= 0,
             f"{p}max_completion_chars={self.max_completion_chars} must be >= 0 (0 = off)",
         )
+        timeout = self.reward_timeout_s
+        check(problems, timeout is None or timeout > 0, f"{p}reward_timeout_s={timeout} must be > 0 (null = no limit)")
         check(problems, 0 <= self.val_fraction < 1, f"{p}val_fraction={self.val_fraction} must be in [0, 1)")
         return problems
 

@@ -41,8 +41,7 @@ class TrainerConfig(Schema):
     )
     resume_allow_changes: bool = option(
         False,
-        "Resume even when model, task, rollout.num_generations / prompts_per_step or seed differ from the "
-        "checkpoint's (the run then does not continue exactly).",
+        "Resume even when model, task, num_generations, prompts_per_step or seed differ (then not exact).",
     )
     export_every_n_steps: int = option(
         0, "Also write the policy to <output_dir>/hf/step_N every n steps; 0: only <output_dir>/hf/final."

@@ -11,6 +11,7 @@ configured action and writes the diagnosis.
 from grpo_lightning.config.health import HEALTH_CHECKS
 from grpo_lightning.health.alerts import ACTIONS, Alert, Finding, HealthCheckError, HealthWarning
 from grpo_lightning.health.base import HealthCheck
+from grpo_lightning.health.constant_reward import ConstantRewardCheck
 from grpo_lightning.health.degenerate import DegenerateOutputCheck
 from grpo_lightning.health.diversity import DiversityCheck
 from grpo_lightning.health.duplicates import CrossRankDuplicatesCheck
@@ -28,6 +29,7 @@ CHECK_CLASSES = HEALTH_CHECKS.entries
 __all__ = [
     "ACTIONS",
     "CHECK_CLASSES",
+    "ConstantRewardCheck",
     "Alert",
     "CrossRankDuplicatesCheck",
     "DegenerateOutputCheck",

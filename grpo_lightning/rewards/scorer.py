@@ -20,7 +20,10 @@ from typing import Any
 import torch
 
 from grpo_lightning.errors import RewardError
+from grpo_lightning.rewards.isolation import IsolatedReward, RewardWorkerError
 from grpo_lightning.rewards.registry import RewardFn, get_reward
+from grpo_lightning.rewards.values import reward_values
+from grpo_lightning.runtime.stop_signals import StoppedAtOnce
 
 
 @dataclass(frozen=True)
@@ -72,11 +75,18 @@ class RewardScorer:
     def __init__(self, rewards: Sequence[WeightedReward]):
         if not rewards:
             raise ValueError("at least one reward function is needed (task.rewards is empty)")
+        for reward in rewards:  # a NaN weight would silently drop its reward, an inf one tie every group
+            if not math.isfinite(reward.weight):
+                raise RewardFunctionError(f"reward {reward.name!r} has weight {reward.weight}; a weight must be finite")
         self.rewards = list(rewards)
 
     @classmethod
-    def from_names(cls, weights: dict[str, float]) -> RewardScorer:
-        return cls([WeightedReward(name, get_reward(name), float(w)) for name, w in weights.items()])
+    def from_names(cls, weights: dict[str, float], timeout_s: float | None = None) -> RewardScorer:
+        """``timeout_s``: run each function in a killable worker process, at most that long a call."""
+        fns = {name: get_reward(name) for name in weights}
+        if timeout_s is not None:
+            fns = {name: IsolatedReward(name, fn, timeout_s) for name, fn in fns.items()}
+        return cls([WeightedReward(name, fns[name], float(w)) for name, w in weights.items()])
 
     def __call__(
         self, prompts: list, completions: list, sample_fields: dict[str, list], **extra: Any
@@ -101,7 +111,22 @@ class RewardScorer:
         total = torch.zeros(weighted.shape[1], dtype=torch.float64)
         for row in torch.where(applied, weighted, 0.0).double():
             total = total + row
-        return total.float(), components
+        total = total.float()
+        self._check_total(total, prompts)
+        return total, components
+
+    def _check_total(self, total: torch.Tensor, prompts: list) -> None:
+        """Finite components can still sum to inf (a huge weight, an overflow in float32): a
+        non-finite total would make its group look tied (nothing learned), so it stops like a
+        non-finite reward does."""
+        bad = (~torch.isfinite(total)).nonzero().flatten().tolist()
+        if bad:
+            weights = {r.name: r.weight for r in self.rewards}
+            raise RewardFunctionError(
+                f"the weighted reward total is non-finite at completions {bad[:5]} ({len(bad)} of {len(total)}; "
+                f"sample {bad[0]}: prompt {_short(prompts[bad[0]])}) with task.rewards weights {weights}: "
+                f"lower the weights or the scale of the rewards"
+            )
 
     def _call_all(self, prompts: list, completions: list, kwargs: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -109,15 +134,24 @@ class RewardScorer:
         for reward in self.rewards:
             try:
                 value = reward.fn(prompts, completions, **reward.accepted(kwargs))
-            except Exception as err:
+            except (RewardWorkerError, StoppedAtOnce):  # named already / the run's own second-signal stop
+                raise
+            except (Exception, SystemExit) as err:  # sys.exit() in a reward must not end the run unsaved
                 raise self._raised(reward.name, err, prompts) from err
             if inspect.isawaitable(value):
                 pending[reward.name] = value
             else:
                 out[reward.name] = value
         if pending:
-            results = asyncio.run(_gather(list(pending.values())))
+            try:
+                results = asyncio.run(_gather(list(pending.values())))
+            except StoppedAtOnce:
+                raise
+            except SystemExit as err:  # asyncio re-raises it rather than return it
+                raise self._raised(" or ".join(pending), err, prompts) from err
             for name, result in zip(pending, results):
+                if isinstance(result, (KeyboardInterrupt, asyncio.CancelledError)):  # Ctrl-C, cancellation
+                    raise result
                 if isinstance(result, BaseException):
                     raise self._raised(name, result, prompts) from result
                 out[name] = result
@@ -125,27 +159,17 @@ class RewardScorer:
 
     @staticmethod
     def _raised(name: str, err: BaseException, prompts: list) -> RewardFunctionError:
+        kind = getattr(err, "kind", type(err).__name__)  # RewardCallFailed: the worker's exception
         return RewardFunctionError(
-            f"reward function {name!r} raised {type(err).__name__}: {err} (scoring {len(prompts)} "
+            f"reward function {name!r} raised {kind}: {err} (scoring {len(prompts)} "
             f"completions, the first of prompt {_short(prompts[0]) if prompts else '-'})"
         )
 
     @staticmethod
     def _validated(name: str, values, prompts: list) -> torch.Tensor:
-        expected = len(prompts)
-        try:
-            values = list(values)
-            missing = [v is None for v in values]
-            values = [0.0 if v is None else float(v) for v in values]
-        except (TypeError, ValueError) as err:
-            raise RewardFunctionError(
-                f"reward function {name!r} must return a list of floats (or None for a sample it does not "
-                f"apply to), got {type(values).__name__}: {err}"
-            ) from err
-        if len(values) != expected:
-            raise RewardFunctionError(
-                f"reward function {name!r} returned {len(values)} values for {expected} completions"
-            )
+        checked = reward_values(name, values, len(prompts), RewardFunctionError)
+        missing = [v is None for v in checked]
+        values = [0.0 if v is None else v for v in checked]
         bad = [i for i, v in enumerate(values) if not math.isfinite(v)]
         if bad:
             raise RewardFunctionError(

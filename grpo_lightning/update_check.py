@@ -1,0 +1,89 @@
+"""F3 for the update itself: would this optimizer step write a non-finite weight?
+
+Finite gradients do not make a finite step: ``lr=1e39`` turns every AdamW update into inf.
+Checking after the step is too late (the old weights are gone), and a snapshot to restore from
+costs a copy of the weights and both Adam moments. So the step is first tried on a few tensors
+at a time, their new values checked, and those tensors and their optimizer state put back: the
+extra memory is about a sixteenth of the trained weights and their state, not the model. The optimizer runs its own
+code (no second copy of AdamW's formula); its update is elementwise, so the trial step computes
+exactly what the real one will.
+"""
+
+from __future__ import annotations
+
+import torch
+
+INF = float("inf")
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t  # FSDP2: this rank's shard
+
+
+def _saved(state: dict) -> dict:
+    return {k: v.clone() if torch.is_tensor(v) else v for k, v in state.items()}
+
+
+def _restore(params: list, old: list, optimizer: torch.optim.Optimizer, states: list) -> None:
+    with torch.no_grad():
+        torch._foreach_copy_(params, old)
+    for param, state in zip(params, states, strict=True):
+        if state is None:  # the parameter's first step: no state before it
+            optimizer.state.pop(param, None)
+            continue
+        for key, value in state.items():
+            current = optimizer.state[param].get(key)
+            if torch.is_tensor(value) and torch.is_tensor(current):
+                current.copy_(value)
+            else:
+                optimizer.state[param][key] = value
+
+
+def _chunks(params: list) -> list[list]:
+    """Consecutive parameters, about a sixteenth of them by size in each (at least the largest one):
+    few optimizer calls, and the copies kept meanwhile stay a small share of the model."""
+    budget = max(max(p.numel() for p in params), sum(p.numel() for p in params) // 16)
+    chunks, size = [[]], 0
+    for p in params:
+        if chunks[-1] and size + p.numel() > budget:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(p)
+        size += p.numel()
+    return chunks
+
+
+def _trial(optimizer: torch.optim.Optimizer, group: dict, params: list) -> list[torch.Tensor]:
+    """The largest magnitude of each new weight and state tensor of ``params`` after a step on them
+    alone (NaN and inf propagate through it, a large finite value stays finite); then put back."""
+    old = [p.detach().clone() for p in params]
+    states = [_saved(optimizer.state[p]) if p in optimizer.state else None for p in params]
+    optimizer.param_groups = [{**group, "params": params}]
+    try:
+        optimizer.step()
+        new = [t for p in params for t in (p.detach(), *optimizer.state[p].values()) if torch.is_tensor(t)]
+        return list(torch._foreach_norm([_local(t) for t in new if t.is_floating_point() and t.numel()], ord=INF))
+    except RuntimeError as err:  # a step size beyond float32 ("value cannot be converted ... overflow")
+        if "overflow" not in str(err):
+            raise
+        return [torch.tensor(INF, device=params[0].device)]
+    finally:
+        _restore(params, old, optimizer, states)
+
+
+def nonfinite_update_count(optimizer: torch.optim.Optimizer) -> torch.Tensor:
+    """How many tensors (weights or optimizer state) of this rank's parameters with a gradient the
+    next ``optimizer.step()`` would make non-finite: a device tensor (no host sync). The weights and
+    the optimizer state are left as they were."""
+    groups = optimizer.param_groups
+    maxima: list[torch.Tensor] = []
+    try:
+        for group in groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            for chunk in _chunks(params) if params else []:
+                maxima.extend(_trial(optimizer, group, chunk))
+    finally:
+        optimizer.param_groups = groups
+    if not maxima:
+        return torch.zeros(())
+    return (~torch.isfinite(torch.stack([m.float() for m in maxima]))).sum()
