@@ -102,7 +102,10 @@ def _plan_then_main() -> None:
     steps = plan(sys.argv[1:])
     _DEFERRED[:] = steps.deferred
     sys.argv[1:] = steps.hydra
-    main()
+    try:
+        main()
+    finally:  # this command line's held-back overrides must not reach a later composition in the process
+        _DEFERRED.clear()
 
 
 if __name__ == "__main__":
