@@ -25,6 +25,18 @@ class TinyModelConfig(Schema):
     alphabet: str = option("0123456789+-*=? ", "Characters of the tiny character tokenizer (plus pad, bos, eos).")
     init_seed: int = option(0, "Seed of the tiny model's random initialisation.")
 
+    def check_fields(self, p: str) -> list[str]:
+        problems: list[str] = []
+        check(problems, self.num_layers >= 1, f"{p}num_layers={self.num_layers} must be >= 1")
+        heads_ok = self.num_heads >= 1 and self.hidden_size % self.num_heads == 0
+        check(
+            problems,
+            heads_ok and self.hidden_size // self.num_heads >= 32,
+            f"{p}hidden_size={self.hidden_size} / {p}num_heads={self.num_heads} must be an integer >= 32 "
+            "(vLLM's CPU attention needs head_dim >= 32), e.g. hidden_size=64 num_heads=2",
+        )
+        return problems
+
 
 @dataclass
 class LoraModelConfig(Schema):

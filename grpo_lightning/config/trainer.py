@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -60,11 +61,18 @@ class TrainerConfig(Schema):
             self.checkpoint_every_n_steps >= 0,
             f"{p}checkpoint_every_n_steps={self.checkpoint_every_n_steps} must be >= 0 (0 = off)",
         )
+        given = self.resume not in (None, "auto")
         check(
             problems,
-            self.resume in (None, "auto") or Path(self.resume).is_file(),
+            not given or Path(self.resume).is_file(),
             f"{p}resume={self.resume!r}: no such checkpoint file; give a .ckpt path, auto (the newest under "
             f"<trainer.output_dir>/checkpoints/) or null",
+        )
+        check(
+            problems,
+            not given or not Path(self.resume).is_file() or zipfile.is_zipfile(self.resume),
+            f"{p}resume={self.resume!r} is not a checkpoint (torch.save writes a zip archive; this file is not "
+            f"one): give a .ckpt written by a run, auto or null",
         )
         check(problems, self.keep_checkpoints >= 1, f"{p}keep_checkpoints={self.keep_checkpoints} must be >= 1")
         check(
