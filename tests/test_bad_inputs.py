@@ -6,14 +6,24 @@ like a checkpoint, and (all of these fail before training starts) within a few s
 from __future__ import annotations
 
 import json
+import logging
+import os
+import random
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from huggingface_hub import HfApi
 
 from grpo_lightning import build, train
+from grpo_lightning.config import TrainConfig
+from grpo_lightning.data.rows import check_text_file
+from grpo_lightning.errors import ConfigError, DataError
+from grpo_lightning.models import memory, source
+from grpo_lightning.rewards.columns import required_columns
 
 FAIL_FAST_S = 10.0
 # Every case fails before training; reaching fit means the input was not caught.
@@ -234,3 +244,155 @@ def test_bad_input_ends_in_one_clear_line(case, args, said, files, monkeypatch, 
 
 def test_the_sweep_covers_sixty_inputs():
     assert len(CASES) >= 60
+
+
+def test_a_hub_name_that_does_not_answer_fails_within_seconds(monkeypatch, tmp_path, capsys):
+    """Downloads allowed but the Hub unreachable: one line naming the model, not minutes of retries."""
+    asked = []
+
+    def unreachable(self, repo_id, timeout=None, **kwargs):
+        asked.append(timeout)
+        raise ConnectionError("Name or service not known")
+
+    monkeypatch.setattr(HfApi, "model_info", unreachable)
+    monkeypatch.setattr(source, "offline", lambda: False)
+    source.model_source.cache_clear()
+    code, err, seconds = run_cli(monkeypatch, tmp_path, capsys, ("model.name_or_path=someone/unreachable-model",))
+    said = ("model.name_or_path='someone/unreachable-model'", "not a local folder", "downloading", "failed")
+    assert_one_clear_line(code, err, seconds, said, tmp_path / "run")
+    assert asked and 0 < asked[0] <= 5
+
+
+def test_a_folder_without_config_is_not_a_model(tmp_path):
+    (tmp_path / "weights.bin").write_text("x")
+    with pytest.raises(ConfigError, match="no config.json"):
+        source.model_source.__wrapped__(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "name, path",
+    [("org/model", False), ("gpt2", False), ("./m", True), ("/abs/m", True), ("~/m", True), ("a/b/c", True)],
+)
+def test_path_looking_names(name, path):
+    assert source.looks_like_path(name) is path
+
+
+def test_http_request_logs_stay_out_of_the_run_log(monkeypatch, tmp_path, capsys):
+    """httpx logs every request at INFO: a run's log must not fill with them unless asked for."""
+
+    def requests_then_stop(*args, **kwargs):
+        logging.getLogger("httpx").info("HTTP Request: POST http://127.0.0.1:8000/generate 200 OK")
+        logging.getLogger("grpo_lightning").info("a line of our own")
+        raise DataError("task.path='x.jsonl': stop here")
+
+    for name in train.HTTP_LOGGERS:
+        monkeypatch.setattr(logging.getLogger(name), "level", logging.NOTSET)
+    monkeypatch.setattr(build, "build_run", requests_then_stop)
+    code, err, _ = run_cli(monkeypatch, tmp_path, capsys, ())
+    assert code == 2 and "stop here" in err
+    [log] = (tmp_path / "run").glob("*.log")
+    assert "a line of our own" in log.read_text() and "HTTP Request" not in log.read_text()
+
+
+def test_a_users_own_http_log_level_is_kept(monkeypatch):
+    monkeypatch.setattr(logging.getLogger("httpx"), "level", logging.INFO)
+    monkeypatch.setattr(logging.getLogger("httpcore"), "level", logging.NOTSET)
+    train.quiet_http_logs()
+    assert logging.getLogger("httpx").level == logging.INFO
+    assert logging.getLogger("httpcore").level == logging.WARNING
+
+
+def test_the_memory_estimate_refuses_what_cannot_fit_and_names_the_fields():
+    cfg = TrainConfig()
+    shape = memory.Shape(params=10**9, hidden=2048, layers=24, vocab=50_000, kv_width=2048, bytes_per_param=2)
+    with pytest.raises(ConfigError) as refused:
+        memory.check_memory(cfg, shape, available=(8 * memory.GIB, "of CPU memory available"))
+    said = str(refused.value)
+    assert "8.0 GiB of CPU memory available" in said and "rollout.num_generations=8" in said
+    assert "algorithm.micro_batch_size=auto" in said and len(said.splitlines()) == 1
+    memory.check_memory(cfg, shape, available=(1 << 50, "of CPU memory available"))  # fits: no error
+    cfg.trainer.memory_check = False
+    memory.check_memory(cfg, shape, available=(1, "of CPU memory available"))
+
+
+def test_the_memory_estimate_grows_with_every_field_it_names():
+    """Property: raising any of the fields the message tells the user to lower raises the estimate."""
+    rng = random.Random(0)
+    for _ in range(50):
+        shape = memory.Shape(
+            params=rng.randint(10**5, 10**10),
+            hidden=rng.choice([64, 576, 4096]),
+            layers=rng.randint(1, 64),
+            vocab=rng.choice([19, 49_152, 150_000]),
+            kv_width=rng.choice([64, 192, 1024]),
+            bytes_per_param=rng.choice([2, 4]),
+        )
+        cfg = TrainConfig()
+        cfg.rollout.prompts_per_step = rng.randint(1, 8)
+        cfg.rollout.num_generations = rng.randint(2, 16)
+        cfg.rollout.max_new_tokens = rng.randint(1, 512)
+        cfg.algorithm.micro_batch_size = 1
+        cfg.algorithm.logprob_chunk_mb = 0.0
+        before = sum(memory.step_bytes(cfg, shape).values())
+        field, group = rng.choice([("num_generations", cfg.rollout), ("max_new_tokens", cfg.rollout)])
+        setattr(group, field, getattr(group, field) * 2)
+        assert sum(memory.step_bytes(cfg, shape).values()) > before, field
+
+
+def test_the_tiny_models_shape_is_read_without_memory():
+    shape = memory.model_shape(TrainConfig().model)
+    assert shape.layers == 2 and shape.hidden == 64 and shape.bytes_per_param == 4 and 10**4 < shape.params < 10**6
+
+
+@pytest.mark.parametrize(
+    "rows, mixed",
+    [
+        ([{"a": 1}, {"a": 2.5}, {"a": None}], False),  # numbers are one type; null fits any column
+        ([{"a": "x"}, {"b": 3}], False),
+        ([{"a": "x"}, {"a": True}], True),
+        ([{"a": [1]}, {"a": {"k": 1}}], True),
+    ],
+)
+def test_column_types(tmp_path, rows, mixed):
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if mixed:
+        with pytest.raises(DataError, match="column 'a' mixes types"):
+            check_text_file(path, "task.path", str(path))
+    else:
+        check_text_file(path, "task.path", str(path))
+
+
+def test_required_columns_of_a_reward():
+    def needs(prompts, completions, answer, level, hint=None, completion_ids=None, **kwargs):
+        return []
+
+    def takes_all(prompts, completions, **kwargs):
+        return []
+
+    assert required_columns(needs) == ["answer", "level"]
+    assert required_columns(takes_all) == []
+
+
+def test_true_subprocess_runs_end_in_one_line(files, tmp_path):
+    """The console entry as a user runs it: two bad inputs in parallel processes."""
+    runs = {
+        "unknown_key": (["rollout.num_generation=4"], "did you mean rollout.num_generations?"),
+        "bad_data": (list(dataset(files["malformed.jsonl"])), "line 2 (row 1)"),
+    }
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("HYDRA_FULL_ERROR", None)
+    procs = {}
+    start = time.perf_counter()
+    for name, (args, _) in runs.items():
+        command = [sys.executable, "-m", "grpo_lightning.train", *BASE, *args, f"hydra.run.dir={tmp_path / name}"]
+        procs[name] = subprocess.Popen(
+            command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+    for name, proc in procs.items():
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2, err[-2000:]
+        assert err.startswith("error: ") and len(err.strip().splitlines()) <= 3, err[-2000:]
+        assert runs[name][1] in err and "Traceback" not in err, err[-2000:]
+        assert not (tmp_path / name / "checkpoints").exists()
+    assert time.perf_counter() - start < 60

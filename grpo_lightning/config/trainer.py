@@ -40,6 +40,9 @@ class TrainerConfig(Schema):
     resume: Optional[str] = option(
         None, "auto: the newest checkpoint under <output_dir>/checkpoints/ (if any); a path: that one; null: fresh."
     )
+    memory_check: bool = option(
+        True, "Refuse a run whose estimated peak memory of one step exceeds the free memory, before the model loads."
+    )
     export_every_n_steps: int = option(
         0, "Also write the policy to <output_dir>/hf/step_N every n steps; 0: only <output_dir>/hf/final."
     )
