@@ -256,7 +256,7 @@ def test_a_hub_name_that_does_not_answer_fails_within_seconds(monkeypatch, tmp_p
 
     monkeypatch.setattr(HfApi, "model_info", unreachable)
     monkeypatch.setattr(source, "offline", lambda: False)
-    source.model_source.cache_clear()
+    monkeypatch.setattr(source, "_ANSWERS", {})
     code, err, seconds = run_cli(monkeypatch, tmp_path, capsys, ("model.name_or_path=someone/unreachable-model",))
     said = ("model.name_or_path='someone/unreachable-model'", "not a local folder", "downloading", "failed")
     assert_one_clear_line(code, err, seconds, said, tmp_path / "run")
@@ -266,7 +266,7 @@ def test_a_hub_name_that_does_not_answer_fails_within_seconds(monkeypatch, tmp_p
 def test_a_folder_without_config_is_not_a_model(tmp_path):
     (tmp_path / "weights.bin").write_text("x")
     with pytest.raises(ConfigError, match="no config.json"):
-        source.model_source.__wrapped__(str(tmp_path))
+        source.model_source(str(tmp_path))
 
 
 @pytest.mark.parametrize(

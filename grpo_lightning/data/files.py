@@ -155,7 +155,10 @@ def prompt_check(cfg):
     from grpo_lightning.data.prompting import PromptFormatter
     from grpo_lightning.models.loading import load_tokenizer
 
-    tokenizer, context = load_tokenizer(cfg.model)
+    try:
+        tokenizer, context = load_tokenizer(cfg.model)
+    except ConfigError:  # a model that cannot load: said after the data, whose errors need no model
+        return None
     if tokenizer is None:
         return None
     t = cfg.task

@@ -8,8 +8,8 @@ within :data:`HUB_TIMEOUT_S`, is one :class:`~grpo_lightning.errors.ConfigError`
 
 from __future__ import annotations
 
-import functools
 import os
+import time
 from pathlib import Path
 
 from huggingface_hub import HfApi, try_to_load_from_cache
@@ -33,9 +33,28 @@ def offline() -> bool:
     )
 
 
-@functools.lru_cache(maxsize=8)
 def model_source(name: str) -> str:
-    """The local folder, or the Hub name, to load ``name`` from; ConfigError when neither can work."""
+    """The local folder, or the Hub name, to load ``name`` from; ConfigError when neither can work.
+
+    The answer (or the error) is kept for :data:`REMEMBER_S`: the prompt check, the memory
+    estimate and the loader each ask, and the Hub must not be waited on three times per run."""
+    asked, answer = _ANSWERS.get(name, (None, None))
+    if asked is None or time.monotonic() - asked > REMEMBER_S:
+        try:
+            answer = _resolve(name)
+        except ConfigError as err:
+            answer = err
+        _ANSWERS[name] = (time.monotonic(), answer)
+    if isinstance(answer, ConfigError):
+        raise ConfigError(str(answer))
+    return answer
+
+
+REMEMBER_S = 300.0
+_ANSWERS: dict[str, tuple[float, str | ConfigError]] = {}
+
+
+def _resolve(name: str) -> str:
     field = f"model.name_or_path={name!r}"
     local = Path(name).expanduser()
     if local.exists():

@@ -44,14 +44,14 @@ def dataset_records(task: DatasetTaskConfig, check: Check | None = None) -> tupl
     ``check(records, source)`` runs on each file's rows as read, so an error names the file's row."""
     rewards = [*task.rewards, *([task.correctness_reward] if task.correctness_reward else [])]
     train = read_records(task.path, "task.path", task.prompt_column)
-    check_reward_columns(rewards, train, f"task.path={task.path!r}")
     if check is not None:
         check(train, task.path)
+    check_reward_columns(rewards, train, f"task.path={task.path!r}")
     if task.val_path:
         val = read_records(task.val_path, "task.val_path", task.prompt_column)
-        check_reward_columns(rewards, val, f"task.val_path={task.val_path!r}")
         if check is not None:
             check(val, task.val_path)
+        check_reward_columns(rewards, val, f"task.val_path={task.val_path!r}")
         return train, val
     order = list(range(len(train)))
     random.Random(task.seed).shuffle(order)
