@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 from grpo_lightning.config.base import Schema, check, choice, option
@@ -60,6 +61,13 @@ class LoraModelConfig(Schema):
             self.config_file is None or self.rank == 0,
             f"{p}config_file={self.config_file!r} and {p}rank={self.rank} both set: the file holds "
             f"the rank; set {p}rank=0 with a config file, or drop the file",
+        )
+        file = None if self.config_file is None else Path(self.config_file).expanduser()
+        check(
+            problems,
+            file is None or file.is_file() or (file / "adapter_config.json").is_file(),
+            f"{p}config_file={self.config_file!r}: no adapter_config.json there; pass a PEFT adapter_config.json "
+            f"(or its folder), or set {p}rank instead",
         )
         return problems
 

@@ -10,6 +10,12 @@ from typing import Optional
 from grpo_lightning.config.base import Schema, check, choice, option
 
 STRATEGIES = ("auto", "ddp", "fsdp")
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")  # Lightning's registered names
+# Lightning's accepted precision strings (lightning.fabric.connector._PRECISION_INPUT_STR).
+PRECISIONS = (
+    *("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16", "64"),
+    *("transformer-engine", "transformer-engine-float16"),
+)
 
 
 @dataclass
@@ -57,7 +63,16 @@ class TrainerConfig(Schema):
             )
         else:
             choice(problems, f"{p}strategy", self.strategy, STRATEGIES)
+        choice(problems, f"{p}accelerator", self.accelerator, ACCELERATORS)
+        choice(problems, f"{p}precision", str(self.precision), PRECISIONS)
+        check(problems, self.devices >= 1 or self.devices == -1, f"{p}devices={self.devices} must be >= 1 (-1 = all)")
         check(problems, self.num_nodes >= 1, f"{p}num_nodes={self.num_nodes} must be >= 1")
+        check(problems, self.num_threads >= 0, f"{p}num_threads={self.num_threads} must be >= 0 (0 = torch's default)")
+        check(
+            problems,
+            not Path(self.output_dir).is_file(),
+            f"{p}output_dir={self.output_dir!r} is a file; give a folder (it is created if missing)",
+        )
         check(problems, self.max_steps >= 1, f"{p}max_steps={self.max_steps} must be >= 1")
         check(
             problems,
