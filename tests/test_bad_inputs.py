@@ -70,6 +70,11 @@ def files(tmp_path_factory) -> dict[str, str]:
     return write_files(tmp_path_factory.mktemp("bad_inputs"))
 
 
+def fill(args: tuple[str, ...], files: dict[str, str]) -> tuple[str, ...]:
+    """``<name>`` in an override becomes the path of that file of ``write_files``."""
+    return tuple(re.sub(r"<([^<>]+)>", lambda m: files[m.group(1)], a) for a in args)
+
+
 def dataset(path: str, *more: str) -> tuple[str, ...]:
     return (
         "task=dataset",
@@ -94,6 +99,7 @@ CASES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
     ("str_for_float", ("algorithm.lr=fast",), ("algorithm.lr", "fast")),
     ("str_for_int", ("rollout.num_generations=many",), ("rollout.num_generations", "many")),
     ("quoted_number", ("rollout.prompts_per_step='1e3'",), ("rollout.prompts_per_step", "1e3")),
+    ("exponent_for_int", ("rollout.prompts_per_step=1e3",), ("rollout.prompts_per_step", "1e3")),
     ("float_for_int", ("trainer.max_steps=2.5",), ("trainer.max_steps", "2.5")),
     ("str_for_bool", ("algorithm.pack_sequences=maybe",), ("algorithm.pack_sequences", "maybe")),
     ("list_for_int", ("rollout.max_new_tokens=[1,2]",), ("rollout.max_new_tokens",)),
@@ -267,7 +273,7 @@ def assert_one_clear_line(code: int, err: str, seconds: float, said: tuple[str, 
 
 @pytest.mark.parametrize("case, args, said", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_ends_in_one_clear_line(case, args, said, files, monkeypatch, tmp_path, capsys):
-    args = tuple(re.sub(r"<([^<>]+)>", lambda m: files[m.group(1)], a) for a in args)
+    args = fill(args, files)
     code, err, seconds = run_cli(monkeypatch, tmp_path, capsys, args, fit_allowed=case in REACH_FIT)
     assert_one_clear_line(code, err, seconds, said, tmp_path / "run")
 
@@ -426,3 +432,16 @@ def test_true_subprocess_runs_end_in_one_line(files, tmp_path):
         assert runs[name][1] in err and "Traceback" not in err, err[-2000:]
         assert not (tmp_path / name / "checkpoints").exists()
     assert time.perf_counter() - start < 60
+
+
+@pytest.mark.parametrize("args", [("algorithm.beta=-1",), dataset("<mixed.jsonl>"), ("model.name_or_path=/no/model",)])
+def test_a_bad_input_leaves_an_earlier_runs_folder_as_it_was(args, files, monkeypatch, tmp_path, capsys):
+    """Rerun in a folder holding a checkpoint with a bad input: nothing there changes."""
+    checkpoints = tmp_path / "run" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "step=4.ckpt").write_bytes(b"earlier run")
+    before = {p: p.read_bytes() for p in checkpoints.rglob("*")}
+    args = fill(args, files)
+    code, err, _ = run_cli(monkeypatch, tmp_path, capsys, args)
+    assert code == 2 and "Traceback" not in err, err
+    assert {p: p.read_bytes() for p in checkpoints.rglob("*")} == before
