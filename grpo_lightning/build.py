@@ -25,6 +25,7 @@ from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.allocator import apply_huge_pages, huge_pages_report, release_freed_memory
 from grpo_lightning.models.compile import compile_training_models
+from grpo_lightning.models.memory import check_memory
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rollout import (
@@ -174,6 +175,7 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
         release_freed_memory(cfg.trainer.malloc_mmap_threshold)
     L.seed_everything(cfg.trainer.seed, workers=True, verbose=False)
     datamodule = build_datamodule(cfg)
+    check_memory(cfg)  # a batch that cannot fit: refused now, not minutes into the first step
     # After the data: a run that fails on its inputs says only what failed (cli_errors).
     if cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available():
         report = huge_pages_report(cfg.trainer.huge_pages)

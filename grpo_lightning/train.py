@@ -7,6 +7,7 @@ only after the allocator choice (torch reads it at its first CPU allocation).
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import hydra
@@ -72,8 +73,22 @@ def run(cfg: TrainConfig, logged_config: dict | None = None) -> dict[str, float]
     return {**built.module.last_metrics, **health, **logged}
 
 
+# Client libraries that log every HTTP request at INFO: a long run with a vLLM server would
+# write one line per request into the run's log. Quiet unless the user set their level
+# (hydra.job_logging.loggers.httpx.level=INFO).
+HTTP_LOGGERS = ("httpx", "httpcore", "urllib3", "huggingface_hub")
+
+
+def quiet_http_logs() -> None:
+    for name in HTTP_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    quiet_http_logs()  # after Hydra configured logging (it may set these levels itself)
     try:
         train_cfg = to_train_config(cfg)
         metrics = run(train_cfg, logged_config=OmegaConf.to_container(cfg, resolve=True))

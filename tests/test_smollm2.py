@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from grpo_lightning.config import ModelConfig
+from grpo_lightning.config import ConfigError, ModelConfig
 from grpo_lightning.models import load_policy, smollm2
 
 pytestmark = pytest.mark.slow
@@ -70,6 +70,7 @@ def test_missing_package_error_says_how_to_install(monkeypatch, tmp_path):
 
 
 def test_a_hub_name_without_network_fails_saying_so(monkeypatch):
+    """A user error since issue 27 (one line from the CLI, before anything loads), no longer an OSError."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(OSError, match="could not be loaded from the Hugging Face Hub"):
+    with pytest.raises(ConfigError, match="not a local folder and not in the Hugging Face cache, and downloading"):
         load_policy(ModelConfig(name_or_path="some-org/some-model-that-is-not-here"))

