@@ -266,9 +266,10 @@ def our_config(
 def padding_shares(module, rollout) -> tuple[float, float]:
     """Share of the positions the decoder computes that hold no token: padded vs packed micro-batches."""
     from grpo_lightning.algorithm.packing import pack_micro_batch
+    from grpo_lightning.micro_batches import micro_batches
 
     real = padded = packed = 0
-    for mb in module._micro_batches(rollout):
+    for mb in micro_batches(rollout, module.cfg.micro_batch(rollout.num_sequences)):
         real += int(mb.attention_mask.sum())
         padded += mb.input_ids.numel()
         packed += pack_micro_batch(mb.input_ids, mb.attention_mask, mb.prompt_width).input_ids.numel()
