@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from wandb_offline import config, history
+from helpers.wandb_offline import config, history
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vllm_helpers import small_config
+from helpers.vllm_helpers import small_config
 
 from grpo_lightning.build import build_run
 from grpo_lightning.models.lora import merged_state_dict

@@ -205,7 +205,13 @@ def test_rank_0_hands_the_port_and_token_to_the_other_ranks_or_its_failure(tmp_p
 
     monkeypatch.setenv("SHARE_PORT", str(free_port()))
     run_worker(
-        [sys.executable, str(Path(__file__).with_name("server_share_worker.py")), str(tmp_path)], 120, "hand-over"
+        [
+            sys.executable,
+            str(Path(__file__).resolve().parents[2] / "helpers" / "server_share_worker.py"),
+            str(tmp_path),
+        ],
+        120,
+        "hand-over",
     )
     reports = [json.loads((tmp_path / f"rank_{r}.json").read_text()) for r in range(2)]
     assert [r["launched"] for r in reports] == [True, False]

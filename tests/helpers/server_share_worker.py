@@ -1,6 +1,6 @@
 """Worker for test_server_guard.py: 2 gloo ranks run the launch hand-over of the server engine.
 
-``python tests/server_share_worker.py OUT_DIR``: rank 0 "launches" (a stand-in for
+``python tests/helpers/server_share_worker.py OUT_DIR``: rank 0 "launches" (a stand-in for
 :class:`VLLMServer`, no vLLM) and hands its port and token to rank 1; then rank 0's launch
 fails and rank 1 must hear of it, not wait. Each rank writes ``rank_<r>.json``.
 """

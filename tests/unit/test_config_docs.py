@@ -14,7 +14,7 @@ from grpo_lightning import train
 from grpo_lightning.config import TASKS, AlgorithmConfig, TrainConfig
 from grpo_lightning.config_docs import COMMAND, group_names, group_table, render
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 # A number with a unit of time, memory or share, or a FLOP rate: a measurement, which belongs in docs/performance.md.
 MEASUREMENT = re.compile(r"\d\s?(ms|s|MB|GB|MiB|GiB|%)(\b|\))|FLOP/s|tokens/s")
 

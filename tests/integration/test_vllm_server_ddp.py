@@ -14,7 +14,7 @@ from conftest import SERVER_KEY_ENV, run_worker
 
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
 
-WORKER = Path(__file__).with_name("vllm_server_ddp_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "helpers" / "vllm_server_ddp_worker.py"
 STEPS = 20
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import run_worker
 
-WORKER = Path(__file__).with_name("ddp_fit_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "helpers" / "ddp_fit_worker.py"
 
 
 def _fit(scenario: str, steps: int, tmp_path_factory) -> list[dict]:

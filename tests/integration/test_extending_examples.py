@@ -26,7 +26,7 @@ from grpo_lightning.build import build_datamodule
 from grpo_lightning.config.compose import compose
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PLUGINS = ROOT / "examples" / "plugins"
 TINY = [
     "trainer.max_steps=2",

@@ -14,7 +14,7 @@ from grpo_lightning.config import RolloutConfig
 from grpo_lightning.models import build_tiny_policy
 from grpo_lightning.rollout import GenerationRequest, Sampling
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "helpers"
 
 
 @pytest.mark.slow

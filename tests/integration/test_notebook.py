@@ -12,7 +12,7 @@ import pytest
 from nbclient import NotebookClient
 
 pytestmark = pytest.mark.slow
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "quickstart.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
 
 
 def outputs(cell) -> tuple[str, set[str]]:

@@ -4,7 +4,7 @@ One uninterrupted 20-step run and one killed (SIGKILL) right after its step-10 c
 then resumed with trainer.resume=auto must end with identical weights in hf/final, which
 transformers loads and generates from. A run stopped with Ctrl-C (SIGINT) exits 130 with a
 checkpoint and the model and resumes to the same weights too. (A finished run asked for more
-steps: tests/test_resume.py.)
+steps: tests/integration/test_resume.py.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Worker for test_ddp_gradients.py: 2 ranks x B sequences vs 1 rank x 2B, every aggregation mode.
 
-Run as ``python tests/ddp_gradients_worker.py OUT_DIR [ddp|fsdp]``: it spawns two gloo processes;
+Run as ``python tests/helpers/ddp_gradients_worker.py OUT_DIR [ddp|fsdp]``: it spawns two gloo processes;
 each wraps the policy in torch's DistributedDataParallel (the gradient averaging Lightning's DDP
 strategy uses) or, with ``fsdp``, shards policy and reference with FSDP2 as
 ``trainer.strategy=fsdp`` does (:func:`grpo_lightning.sharding.shard_module`), gives GRPOModule a minimal trainer whose strategy reduces over the process

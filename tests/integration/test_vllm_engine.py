@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vllm_helpers import perturbed_policy
+from helpers.vllm_helpers import perturbed_policy
 
 from grpo_lightning.config import AlgorithmConfig, RolloutConfig
 from grpo_lightning.models import build_tiny_policy

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from ddp_gradients_worker import fixed_batch
+from helpers.ddp_gradients_worker import fixed_batch
 
 from grpo_lightning.algorithm import LOSS_AGG_MODES
 
-WORKER = Path(__file__).with_name("ddp_gradients_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "helpers" / "ddp_gradients_worker.py"
 
 
 @pytest.fixture(scope="module", params=["ddp", "fsdp"])

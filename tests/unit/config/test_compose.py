@@ -201,7 +201,7 @@ def test_composed_groups_equal_the_dataclass_defaults_outside_what_their_yaml_se
 def test_the_schema_imports_nothing_above_it():
     """config/ is the lowest layer: importing it loads no rewards, data, models or rollout code.
     The package's own __init__ is skipped (it imports everything by design)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]
     code = (
         "import sys, types; pkg = types.ModuleType('grpo_lightning'); "
         f"pkg.__path__ = [{str(root / 'grpo_lightning')!r}]; sys.modules['grpo_lightning'] = pkg; "

@@ -1,6 +1,6 @@
 """Worker for test_ddp_lightning.py: a real Lightning DDP fit on CPU (gloo, 2 processes).
 
-``python tests/ddp_fit_worker.py SCENARIO OUT_DIR STEPS``; Lightning's ``ddp`` strategy re-runs
+``python tests/helpers/ddp_fit_worker.py SCENARIO OUT_DIR STEPS``; Lightning's ``ddp`` strategy re-runs
 this script for rank 1, so the scenario's patches apply on both ranks. Each rank writes
 ``rank_<r>.json``: the seeds and prompts it used per step, its step count, the health alerts.
 

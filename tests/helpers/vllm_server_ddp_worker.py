@@ -1,6 +1,6 @@
 """Worker for test_vllm_server_ddp.py: 2 DDP ranks (gloo) sharing one vLLM server.
 
-``python tests/vllm_server_ddp_worker.py URL OUT_DIR STEPS KEY_ENV`` (KEY_ENV: the environment variable holding the server's token); Lightning's ``ddp`` strategy
+``python tests/helpers/vllm_server_ddp_worker.py URL OUT_DIR STEPS KEY_ENV`` (KEY_ENV: the environment variable holding the server's token); Lightning's ``ddp`` strategy
 re-runs this script for rank 1. Both ranks get the same prompts every step (so the
 cross-rank duplicates check has shares of the same groups to compare) and sample with their
 own seeds. Each rank writes ``rank_<r>.json``: mean reward per step, weight-version lags,

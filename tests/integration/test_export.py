@@ -22,7 +22,7 @@ from grpo_lightning.export import export_hf
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
 from grpo_lightning.rollout import GenerationRequest, Sampling
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def exported(tmp_path):

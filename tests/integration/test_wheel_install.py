@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SMALL = [
     "trainer.max_steps=3",
     "logger=none",

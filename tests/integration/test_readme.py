@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 # Docs whose Python blocks are whole programs (moved out of the README; docs/real_runs.md holds fragments).
 RUNNABLE_DOCS = ("docs/python_api.md", "docs/algorithm.md")

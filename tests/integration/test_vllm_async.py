@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vllm_helpers import RolloutRecorder, diversity_failures, run_training, small_config
+from helpers.vllm_helpers import RolloutRecorder, diversity_failures, run_training, small_config
 
 import grpo_lightning.rollout.generator as rollout_module
 from grpo_lightning.build import build_run
