@@ -177,6 +177,7 @@ def test_every_yaml_key_is_a_schema_field_of_the_same_type(path):
         OmegaConf.update(base, key, value, merge=True)  # raises on a value of the wrong type
 
 
+@pytest.mark.slow
 def test_composed_groups_equal_the_dataclass_defaults_outside_what_their_yaml_sets():
     for path in sorted(CONF_DIR.glob("*/*.yaml")):
         if path.read_text().startswith("# @package _global_"):
@@ -198,6 +199,7 @@ def test_composed_groups_equal_the_dataclass_defaults_outside_what_their_yaml_se
             assert value == defaults[group][key], f"{group}={path.stem}: {group}.{key}"
 
 
+@pytest.mark.slow
 def test_the_schema_imports_nothing_above_it():
     """config/ is the lowest layer: importing it loads no rewards, data, models or rollout code.
     The package's own __init__ is skipped (it imports everything by design)."""

@@ -21,6 +21,7 @@ def _pass(module: GRPOModule, rollout):
     return grads, stats
 
 
+@pytest.mark.slow
 def test_compiled_layers_give_eager_gradients_with_and_without_the_reference(policy, rollout):
     torch._dynamo.reset()
     counters.clear()

@@ -195,6 +195,7 @@ def test_the_middleware_fails_closed_and_passes_lifespan_events(monkeypatch):
     assert sent == [{"type": "websocket.close", "code": 1008}] and reached == ["http", "lifespan"]
 
 
+@pytest.mark.slow
 def test_rank_0_hands_the_port_and_token_to_the_other_ranks_or_its_failure(tmp_path, monkeypatch):
     """With port 0 and a per-run token only rank 0 knows where the server is and how to reach
     it: the others get both from it; when its launch fails they fail with its reason, not hang."""

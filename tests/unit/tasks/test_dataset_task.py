@@ -287,6 +287,7 @@ def test_reasoning_gym_unknown_dataset_or_option_lists_the_valid_ones():
     assert dataset_options("countdown") == {}
 
 
+@pytest.mark.slow
 def test_long_prompts_are_cut_to_their_last_tokens_when_asked(tmp_path):
     """task.truncate_prompts: the count is reported and the generator sees the last tokens."""
     from grpo_lightning.build import build_run

@@ -150,6 +150,7 @@ def test_no_code_branches_on_task_names():
     assert offenders == []
 
 
+@pytest.mark.slow
 def test_a_task_file_of_your_own_starts_from_a_shipped_one(tmp_path):
     """README: my_conf/task/sums99.yaml with defaults [arithmetic] composes as the arithmetic task."""
     (tmp_path / "task").mkdir()
