@@ -416,7 +416,7 @@ def test_true_subprocess_runs_end_in_one_line(files, tmp_path):
         "unknown_key": (["rollout.num_generation=4"], "did you mean rollout.num_generations?"),
         "bad_data": (list(dataset(files["malformed.jsonl"])), "line 2 (row 1)"),
     }
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     env.pop("HYDRA_FULL_ERROR", None)
     procs = {}
     start = time.perf_counter()
