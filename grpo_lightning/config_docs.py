@@ -3,7 +3,7 @@ default, help), then each shipped task's own options, then the hand-written note
 
 The schema is the one source of truth for every field's default and help, so the reference page
 is written from it rather than by hand: ``python -m grpo_lightning.config_docs > docs/configuration.md``
-(``tests/test_config_docs.py`` fails when the page is stale). ``grpo-lightning help GROUP``
+(``tests/unit/test_config_docs.py`` fails when the page is stale). ``grpo-lightning help GROUP``
 prints one group's table. The longer explanations that do not fit one line of help live in
 ``docs/configuration_notes.md``, appended as they are.
 
@@ -28,7 +28,7 @@ HEADER = f"""# Configuration reference
 
 <!-- Generated from the schema by `{COMMAND}`; do not edit by hand:
      change the field's help in grpo_lightning/config/*.py (or a task's options class), or
-     docs/configuration_notes.md, and regenerate. tests/test_config_docs.py checks it. -->
+     docs/configuration_notes.md, and regenerate. tests/unit/test_config_docs.py checks it. -->
 
 Every key below can be set on the command line (`grpo-lightning algorithm.beta=0`), in a YAML
 option of your own, or in Python (`cfg.algorithm.beta = 0`). `grpo-lightning help GROUP` prints

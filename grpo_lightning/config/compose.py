@@ -55,7 +55,7 @@ def schema(task: str = DEFAULT_TASK) -> TrainConfig:
     #1896): a task file's rewards merged onto the arithmetic default would keep the arithmetic
     rewards too. TaskConfig keeps the arithmetic rewards as its default because TrainConfig() in
     Python is the arithmetic task and must run as it is, so conf/task/arithmetic.yaml names the
-    same rewards (tests/test_config.py checks they agree)."""
+    same rewards (tests/unit/config/test_config.py checks they agree)."""
     cls = (TASKS.options(task) if task in TASKS else None) or TaskConfig
     return with_plugin_nodes(TrainConfig)(task=cls(rewards={}))
 

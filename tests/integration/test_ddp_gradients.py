@@ -1,0 +1,45 @@
+"""The gradient of 2 ranks x B equals that of 1 rank x 2B, for every aggregation mode: the
+loss normalizer is reduced over ranks before the first backward and the loss is scaled by
+world_size against DDP's (and FSDP2's) gradient averaging (2 real gloo processes on CPU)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.ddp_gradients_worker import fixed_batch
+
+from grpo_lightning.algorithm import LOSS_AGG_MODES
+
+WORKER = Path(__file__).resolve().parents[1] / "helpers" / "ddp_gradients_worker.py"
+
+
+@pytest.fixture(scope="module", params=["ddp", "fsdp"])
+def results(request, tmp_path_factory):
+    """Per loss mode, the worker's comparison; DDP, and FSDP2 sharding (trainer.strategy=fsdp)."""
+    out = tmp_path_factory.mktemp(f"{request.param}_grads")
+    done = subprocess.run(
+        [sys.executable, str(WORKER), str(out), request.param], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {mode: json.loads((out / f"{mode}.json").read_text()) for mode in LOSS_AGG_MODES}
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_two_ranks_of_b_equal_one_rank_of_2b(results, mode):
+    r = results[mode]
+    assert r["grad_norm"] > 1e-3  # a real gradient, not two zeros agreeing
+    assert r["max_abs_diff"] <= 1e-6 * max(1.0, r["grad_norm"]), r
+    # the normalizer each rank used is the whole batch's, reduced over both ranks
+    tokens = float(fixed_batch().completion_mask.sum())
+    expected = {
+        "token_mean": tokens,
+        "seq_mean_token_mean": 16,
+        "seq_mean_token_sum": 16,
+        "seq_mean_token_sum_norm": 16 * 6,
+    }
+    assert r["normalizer"] == expected[mode]
+    assert r["aggregation"]["policy"] == r["aggregation"]["kl"] == [mode, r["normalizer"]]

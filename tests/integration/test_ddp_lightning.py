@@ -1,0 +1,126 @@
+"""Lightning DDP on CPU with gloo, 2 real processes: the run works end to end with distinct
+prompts and seeds per rank, and the F2 fault (ranks sampling the same prompts with the same
+seeds) is diagnosed by the cross-rank duplicates check while its twin is not. A non-finite
+loss on one rank makes every rank skip that step together instead of hanging."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_worker
+
+WORKER = Path(__file__).resolve().parents[1] / "helpers" / "ddp_fit_worker.py"
+
+
+def _fit(scenario: str, steps: int, tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp(scenario)
+    # Its own session, so a hung run's rank processes can all be killed (Lightning starts rank 1).
+    run_worker([sys.executable, str(WORKER), scenario, str(out), str(steps)], 300, f"DDP scenario {scenario!r}")
+    return [json.loads((out / f"rank_{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory):
+    return _fit("healthy", 4, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def fsdp(tmp_path_factory):
+    return _fit("fsdp", 4, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def fsdp_lora(tmp_path_factory):
+    return _fit("fsdp_lora", 3, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def f2_fault(tmp_path_factory):
+    return _fit("f2_fault", 3, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def nan_one_rank(tmp_path_factory):
+    return _fit("nan_one_rank", 4, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def f2_twin(tmp_path_factory):
+    return _fit("f2_twin", 4, tmp_path_factory)
+
+
+def test_ddp_gloo_runs_end_to_end_with_a_well_defined_number_of_steps(healthy):
+    for rank, report in enumerate(healthy):
+        assert report["rank"] == rank and report["world_size"] == 2 and report["backend"] == "gloo"
+        assert report["steps"] == report["global_step"] == 4
+        assert len(report["prompts"]) == 4
+    assert healthy[0]["weights_checksum"] == healthy[1]["weights_checksum"]  # DDP kept the ranks in sync
+    assert healthy[0]["alerts"] == healthy[1]["alerts"] == []
+
+
+def test_sampling_seeds_and_prompts_differ_per_rank(healthy):
+    for step in range(4):
+        seeds = [set(r["seeds"][step]) for r in healthy]
+        assert not seeds[0] & seeds[1], f"step {step}: ranks share seeds"
+        prompts = [set(r["prompts"][step]) for r in healthy]
+        assert not prompts[0] & prompts[1], f"step {step}: ranks share prompts {prompts[0] & prompts[1]}"
+
+
+def test_f2_rank_independent_seeds_are_diagnosed(f2_fault):
+    assert f2_fault[0]["seeds"] == f2_fault[1]["seeds"]  # the fault is really there
+    for report in f2_fault:
+        alerts = [a for a in report["alerts"] if a["check"] == "duplicates"]
+        assert alerts, f"rank {report['rank']}: no duplicates alert; alerts: {[a['check'] for a in report['alerts']]}"
+        alert = alerts[0]
+        assert alert["failure"] == "F2" and alert["step"] == 1  # patience 2: steps 0 and 1
+        assert alert["values"]["dup_obs"] == alert["values"]["dup_possible"] == 256
+        assert "identical twin" in alert["text"] and "derive every sampling seed from the rank" in alert["text"]
+
+
+def test_f2_twin_with_rank_seeds_has_no_duplicates_alert(f2_twin):
+    assert f2_twin[0]["prompts"] == f2_twin[1]["prompts"]  # the check had shared prompts to compare
+    for report in f2_twin:
+        assert [a for a in report["alerts"] if a["check"] == "duplicates"] == []
+        assert report["metrics"]["health/duplicates/shared_prompt_frac"] == 1.0
+        assert report["metrics"]["health/duplicates/cross_rank_frac"] < 0.2
+
+
+def test_a_non_finite_loss_on_one_rank_skips_the_step_on_every_rank_without_hanging(nan_one_rank):
+    """Regression: the rank with the non-finite loss skipped its backward, so the other rank
+    waited in DDP's gradient all-reduce forever."""
+    for report in nan_one_rank:
+        assert report["steps"] == 4  # every generation batch was trained on ...
+        assert report["skipped_steps_total"] == 1 and report["global_step"] == 3  # ... and one step skipped
+        assert "nonfinite" in [a["check"] for a in report["alerts"]]
+    assert nan_one_rank[0]["weights_checksum"] == nan_one_rank[1]["weights_checksum"]
+
+
+def test_fsdp_shards_the_policy_and_ends_with_the_weights_of_ddp(healthy, fsdp):
+    """trainer.strategy=fsdp (FSDP2, Lightning's ModelParallelStrategy, on CPU with gloo): each rank
+    holds half of every weight, and the same prompts and seeds give the weights DDP gives."""
+    for rank, report in enumerate(fsdp):
+        assert report["strategy"] == "ModelParallelStrategy" and report["backend"] == "gloo"
+        assert report["steps"] == report["global_step"] == 4 and report["alerts"] == []
+        assert 0.45 < report["local_fraction"] < 0.55
+        assert report["seeds"] == healthy[rank]["seeds"] and report["prompts"] == healthy[rank]["prompts"]
+    assert fsdp[0]["weights_checksum"] == fsdp[1]["weights_checksum"]
+    assert abs(fsdp[0]["weights_checksum"] - healthy[0]["weights_checksum"]) <= 1e-6 * healthy[0]["weights_abs_sum"]
+    assert fsdp[0]["weights_abs_sum"] == pytest.approx(healthy[0]["weights_abs_sum"], rel=1e-6)
+    # hf/final: the shards gathered on every rank, written by rank 0 under the plain class name
+    export = fsdp[0]["export"]
+    assert export["architectures"] == ["LlamaForCausalLM"] and export["same_names"] and export["max_abs_diff"] == 0.0
+    assert not export["adapter_folder"]
+
+
+def test_fsdp_trains_lora_adapters_with_the_base_as_reference(fsdp_lora):
+    for report in fsdp_lora:
+        assert report["steps"] == report["global_step"] == 3 and report["alerts"] == []
+        assert report["metrics"]["health/no_update/update_norm"] > 0
+        assert report["adapters_abs_sum"] > 0
+    assert fsdp_lora[0]["weights_checksum"] == fsdp_lora[1]["weights_checksum"]
+    export = fsdp_lora[0]["export"]  # merged weights (plain transformers) plus the adapter folder
+    assert export["architectures"] == ["LlamaForCausalLM"] and export["same_names"] and export["max_abs_diff"] == 0.0
+    assert export["adapter_folder"]
