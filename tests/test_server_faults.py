@@ -1,9 +1,11 @@
 """Server faults without vLLM: a dead server URL fails within its documented timeout, never later;
-weight copies of a SIGKILLed trainer are removed at the next start."""
+weight copies of a SIGKILLed trainer are removed at the next start; the launched server's
+watchdog takes its whole process group down with the trainer."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -100,3 +102,54 @@ def test_weight_copies_of_a_sigkilled_trainer_are_removed_at_the_next_start(tmp_
     finally:
         engine.close()
     assert list(tmp_path.iterdir()) == []  # and its own goes at close
+
+
+SERVER = """
+import os, signal, subprocess, sys, time
+import grpo_lightning.rollout.server_auth as server_auth
+server_auth._watch_trainer(os.getppid(), grace_s=2.0)
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # like vLLM's EngineCore
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # like a server still starting
+time.sleep(600)
+"""
+
+TRAINER = f"""
+import os, subprocess, sys, time
+server = subprocess.Popen([sys.executable, "-c", {SERVER!r}], start_new_session=True)
+print(server.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _group(pgid: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except (OSError, ValueError):
+            continue
+        if entry.isdigit() and int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry))
+    return members
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="the watchdog reads /proc (Linux)")
+def test_the_server_watchdog_takes_the_whole_group_down_when_the_trainer_is_sigkilled():
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    trainer = subprocess.Popen([sys.executable, "-c", TRAINER], stdout=subprocess.PIPE, text=True, env=env)
+    server = int(trainer.stdout.readline())
+    try:
+        deadline = time.monotonic() + 30
+        while len(_group(server)) < 3 and time.monotonic() < deadline:  # server, watchdog, "EngineCore"
+            time.sleep(0.1)
+        assert len(_group(server)) == 3
+        trainer.kill()
+        trainer.wait()
+        deadline = time.monotonic() + 10
+        while _group(server) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _group(server) == []  # the server ignored SIGTERM: the watchdog's SIGKILL took it
+    finally:
+        for pid in _group(server):
+            os.kill(pid, signal.SIGKILL)
