@@ -21,6 +21,8 @@ from grpo_lightning.errors import ServerError
 from grpo_lightning.rollout.temp_folders import remove_orphans
 from grpo_lightning.rollout.vllm_server import VLLMServerEngine
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def _connect(url: str, timeout_s: float = 300.0) -> VLLMServerEngine:
     config = VLLMConfig(server=VLLMServerConfig(url=url, timeout_s=timeout_s))
@@ -87,7 +89,7 @@ time.sleep(600)
 def test_weight_copies_of_a_sigkilled_trainer_are_removed_at_the_next_start(tmp_path, monkeypatch):
     """A process writes weights the way the folder transport does, is SIGKILLed (no cleanup runs),
     and the next engine's sync folder removes its copy."""
-    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
     writer = subprocess.Popen([sys.executable, "-c", KILLED_WRITER], stdout=subprocess.PIPE, text=True, env=env)
     left = Path(writer.stdout.readline().strip())
     writer.kill()
@@ -136,7 +138,7 @@ def _group(pgid: int) -> list[int]:
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="the watchdog reads /proc (Linux)")
 def test_the_server_watchdog_takes_the_whole_group_down_when_the_trainer_is_sigkilled():
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     trainer = subprocess.Popen([sys.executable, "-c", TRAINER], stdout=subprocess.PIPE, text=True, env=env)
     server = int(trainer.stdout.readline())
     try:

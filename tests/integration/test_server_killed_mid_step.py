@@ -1,5 +1,5 @@
 """A vLLM server killed mid-step (issue 27's fault matrix, without vLLM: a stand-in server,
-``fake_vllm_server.py``): the run stops with one line naming the server and exit 2, and its
+``tests/helpers/fake_vllm_server.py``): the run stops with one line naming the server and exit 2, and its
 checkpoints resume to weights bit-identical to an uninterrupted run's."""
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from safetensors.torch import load_file
 
 from grpo_lightning import train
 
-FAKE = Path(__file__).resolve().parent / "fake_vllm_server.py"
-DIGITS = Path(__file__).resolve().parent.parent / "examples" / "plugins" / "digit_reward.py"
+ROOT = Path(__file__).resolve().parents[2]
+FAKE = ROOT / "tests" / "helpers" / "fake_vllm_server.py"
+DIGITS = ROOT / "examples" / "plugins" / "digit_reward.py"
 PER_STEP = 4  # completion requests per step: prompts_per_step * num_generations
 ARGS = [
     f"plugins=[{DIGITS}]",
