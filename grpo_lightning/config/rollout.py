@@ -22,6 +22,9 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+CONNECT_TIMEOUT_S = 10.0  # longest wait for a server's TCP connection (a black-holed address), within timeout_s
+
+
 @dataclass
 class VLLMServerConfig(Schema):
     url: Optional[str] = option(
@@ -39,7 +42,12 @@ class VLLMServerConfig(Schema):
     api_key_env: Optional[str] = option(
         None, "url: name of the env variable holding the server's key (sent as a Bearer token; never logged)."
     )
-    timeout_s: float = option(300.0, "Longest wait for any one server call; past it the run stops naming the server.")
+    timeout_s: float = option(
+        300.0,
+        "Longest wait for any one server call (and for a url server's /health at the start); past it the run stops "
+        "naming the server. A refused connection fails at once; an address that never accepts one, after a shorter "
+        "connect timeout.",
+    )
     start_timeout_s: float = option(300.0, "launch: longest wait for the launched server to become healthy.")
     concurrency: int = option(64, "Requests each rank keeps in flight at once (one per sample).")
     sync_dir: Optional[str] = option(

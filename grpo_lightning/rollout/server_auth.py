@@ -12,6 +12,10 @@ it imports only the standard library at module level, so the server process neve
 ``grpo_lightning`` (nor its dependencies). The token comes in the ``TOKEN_ENV`` environment
 variable, never on the command line (``ps`` shows argv), and is removed from the environment
 before vLLM starts its own child processes.
+
+The launcher also forks a watchdog into the server's process group (:func:`_watch_trainer`):
+vLLM's EngineCore is a separate process, and a server whose trainer dies while it is still
+starting ignores the ``PR_SET_PDEATHSIG`` signal, so without it both would outlive the run.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import hashlib
 import hmac
 import json
 import os
+import signal
 import sys
+import time
 from urllib.parse import parse_qs
 
 TOKEN_ENV = "GRPO_SERVER_TOKEN"
@@ -73,6 +79,53 @@ class TokenAuthMiddleware:
         return await self.app(scope, receive, send)
 
 
+def _parent_of(pid: int) -> int | None:
+    """``pid``'s parent (Linux ``/proc``), or None if ``pid`` is gone or that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[1])
+
+
+def _others_in_group(group: int) -> bool:
+    """Whether a live process other than this one is in process group ``group`` (Linux ``/proc``)."""
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != me:
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if int(fields[2]) == group and fields[0] not in ("Z", "X"):
+                return True
+    return False
+
+
+def _watch_trainer(trainer: int, grace_s: float = 5.0, poll_s: float = 0.25) -> None:
+    """Fork a watchdog that, once the trainer (this server's parent) or the server is gone,
+    terminates the server's whole process group: SIGTERM, then SIGKILL after ``grace_s``."""
+    server = os.getpid()
+    if os.fork() != 0:
+        return
+    try:  # the watchdog: it outlives the server's own SIGTERM, so it can finish the job
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        while os.getppid() == server and _parent_of(server) == trainer:
+            time.sleep(poll_s)
+        group = os.getpgid(0)
+        os.killpg(group, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while _others_in_group(group) and time.monotonic() < deadline:
+            time.sleep(poll_s)
+        if _others_in_group(group):
+            os.killpg(group, signal.SIGKILL)  # this watchdog included
+    finally:
+        os._exit(0)
+
+
 def main() -> None:
     """Take the token out of the environment, then run vLLM's OpenAI API server with the middleware."""
     global _token
@@ -81,6 +134,8 @@ def main() -> None:
     _token = os.environ.pop(TOKEN_ENV, "")
     if not _token:
         sys.exit(f"{TOKEN_ENV} is not set: this launcher serves only requests that carry the run's token")
+    if os.path.isdir("/proc") and os.getpgid(0) == os.getpid():  # Linux, in its own group (a launch)
+        _watch_trainer(os.getppid())
     sys.modules[ALIAS] = sys.modules[__name__]
     sys.argv += ["--middleware", f"{ALIAS}.TokenAuthMiddleware"]
     runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)

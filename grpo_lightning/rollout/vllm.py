@@ -44,6 +44,7 @@ from grpo_lightning.config import TrainConfig, VLLMConfig
 from grpo_lightning.models.lora import save_merged
 from grpo_lightning.rollout.engine import ENGINES, Completion, GenerationRequest, RolloutEngine, Sampling
 from grpo_lightning.rollout.side_effects import preserved_process_state
+from grpo_lightning.rollout.temp_folders import owned_temp_dir
 from grpo_lightning.rollout.transports import TRANSPORTS
 from grpo_lightning.rollout.vllm_server import VLLMServerEngine
 from grpo_lightning.step import PolicyWeights
@@ -90,7 +91,7 @@ class VLLMEngine:
 
         The folder lives as long as the engine (vLLM reads the config and tokenizer from it).
         """
-        folder = tempfile.TemporaryDirectory(prefix="grpo-vllm-model-")
+        folder = owned_temp_dir("vllm-model")
         save_merged(policy, folder.name, tokenizer)  # a LoRA policy: its merged weights
         engine = cls(folder.name, config, seed, eos_token_id=tokenizer.eos_token_id)
         engine._model_folder = folder  # keep it alive
@@ -250,7 +251,7 @@ class VLLMEngine:
     def sync_folder(self) -> str:
         """A temporary folder the engine process reads pushed weights from (``folder`` transport)."""
         if self._sync_dir is None:
-            self._sync_dir = tempfile.TemporaryDirectory(prefix="grpo-vllm-sync-")
+            self._sync_dir = owned_temp_dir("vllm-sync")
         return self._sync_dir.name
 
     def close(self) -> None:

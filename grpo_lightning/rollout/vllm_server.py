@@ -37,7 +37,6 @@ engine's worker thread ran its generation (``rollout/weight_version_lag``).
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -48,6 +47,7 @@ import grpo_lightning.rollout.server_guard as server_guard
 from grpo_lightning.config import VLLMConfig
 from grpo_lightning.rollout.engine import Completion, EngineError, GenerationRequest, Sampling
 from grpo_lightning.rollout.server_guard import VLLMServerError
+from grpo_lightning.rollout.temp_folders import owned_temp_dir
 from grpo_lightning.rollout.transports import TRANSPORTS
 from grpo_lightning.rollout.vllm_server_client import ServerClient
 from grpo_lightning.rollout.vllm_server_process import SERVED_NAME, VLLMServer, base_url, launch_shared, rank
@@ -85,7 +85,7 @@ class VLLMServerEngine:
         )
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-server-engine")
         self._requests = ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="vllm-server-request")
-        self._sync_dir = None if s.sync_dir else tempfile.TemporaryDirectory(prefix="grpo-vllm-sync-")
+        self._sync_dir = None if s.sync_dir else owned_temp_dir("vllm-sync")
         self.weight_version: int | None = None  # what the server holds, as this rank knows it
         self.start_seconds = 0.0
 
@@ -115,17 +115,7 @@ class VLLMServerEngine:
     def _wait_until_up(self) -> float:
         if self.server is not None:
             return self.server.wait_healthy(self.client)
-        start = time.perf_counter()
-        s = self.config.server
-        deadline = start + (s.start_timeout_s if s.launch else s.timeout_s)
-        while not self.client.healthy():
-            if time.perf_counter() > deadline:
-                raise VLLMServerError(
-                    f"no healthy vLLM server at {self.client.url} (rank {rank()}): start one "
-                    f"(rollout.vllm.server.launch=true) or check rollout.vllm.server.url"
-                )
-            time.sleep(0.5)
-        return time.perf_counter() - start
+        return self.client.wait_up(rank())
 
     # ------------------------------------------------------------------ generation
     def generate(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:

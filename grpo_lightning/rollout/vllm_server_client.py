@@ -3,10 +3,17 @@ naming the server (and why it is gone, for a launched one that exited), never a 
 
 from __future__ import annotations
 
+import time
+
 import httpx
 
+from grpo_lightning.config.rollout import CONNECT_TIMEOUT_S
 from grpo_lightning.rollout.server_guard import VLLMServerError
 from grpo_lightning.rollout.vllm_server_process import SERVED_NAME
+
+
+def _timeout(seconds: float) -> httpx.Timeout:
+    return httpx.Timeout(seconds, connect=min(seconds, CONNECT_TIMEOUT_S))
 
 
 class ServerClient:
@@ -19,7 +26,7 @@ class ServerClient:
         # (uvicorn: 5 s) can close one under a request we are about to send on it.
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency, keepalive_expiry=2.0)
         headers = {"Authorization": f"Bearer {token}"} if token else None  # every request carries it
-        self._http = httpx.Client(base_url=url, timeout=timeout_s, limits=limits, headers=headers)
+        self._http = httpx.Client(base_url=url, timeout=_timeout(timeout_s), limits=limits, headers=headers)
         self._why_gone = why_gone  # a launched server's exit status, if it exited
         self.model = SERVED_NAME
 
@@ -28,6 +35,34 @@ class ServerClient:
             return self._http.get("/health", timeout=min(self.timeout_s, 5.0)).status_code == 200
         except httpx.HTTPError:
             return False
+
+    def wait_up(self, rank: int = 0) -> float:
+        """A server given by URL: wait for ``/health`` to answer 200, at most ``timeout_s``; returns
+        the seconds it took. A refused connection (nothing listens there) or a key the server
+        refuses fails at once: waiting cannot fix either."""
+        start = time.perf_counter()
+        deadline = start + self.timeout_s
+        where = f"the vLLM server {self.url} (rank {rank})"
+        advice = "; start it, or check rollout.vllm.server.url (or launch one: rollout.vllm.server.launch=true)"
+        while True:
+            left = max(deadline - time.perf_counter(), 0.01)
+            try:
+                status = self._http.get("/health", timeout=_timeout(left)).status_code
+            except httpx.HTTPError as err:
+                raise self._failure(err, f"GET /health (rank {rank})", advice) from err
+            if status == 200:
+                return time.perf_counter() - start
+            if status == 401:
+                raise VLLMServerError(
+                    f"{where} refused GET /health with HTTP 401: it wants a key; name the environment variable "
+                    f"holding it with rollout.vllm.server.api_key_env"
+                )
+            if time.perf_counter() + 0.5 > deadline:
+                raise VLLMServerError(
+                    f"{where} still answered GET /health with HTTP {status} after rollout.vllm.server.timeout_s="
+                    f"{self.timeout_s:g} s"
+                )
+            time.sleep(0.5)  # a server still loading its model answers 503
 
     def call(self, method: str, path: str, what: str, hint: str = "", **kwargs):
         """One request; ``hint`` is added when the server answers with an error status."""
@@ -38,21 +73,22 @@ class ServerClient:
                 # The server closed a pooled keep-alive connection as we reused it: the request
                 # never ran. Once more on a fresh connection (requests are seeded: harmless).
                 response = self._http.request(method, path, **kwargs)
-        except httpx.TimeoutException as err:
-            raise VLLMServerError(
-                f"the vLLM server {self.url} did not answer {what} within rollout.vllm.server.timeout_s="
-                f"{self.timeout_s:g} s ({type(err).__name__}){self._gone()}"
-            ) from err
         except httpx.HTTPError as err:
-            raise VLLMServerError(
-                f"the vLLM server {self.url} failed {what}: {type(err).__name__}: {err}{self._gone()}"
-            ) from err
+            raise self._failure(err, what) from err
         if response.status_code != 200:
             raise VLLMServerError(
                 f"the vLLM server {self.url} answered {what} with HTTP {response.status_code}: "
                 f"{response.text[:500]}{hint}"
             )
         return response.json()
+
+    def _failure(self, err: httpx.HTTPError, what: str, advice: str = "") -> VLLMServerError:
+        """``err`` (a timeout, a refused connection, ...) as one line naming the server."""
+        if isinstance(err, httpx.TimeoutException):
+            why = f"did not answer {what} within rollout.vllm.server.timeout_s={self.timeout_s:g} s ({type(err).__name__})"
+        else:
+            why = f"failed {what}: {type(err).__name__}: {err}"
+        return VLLMServerError(f"the vLLM server {self.url} {why}{self._gone()}{advice}")
 
     def _gone(self) -> str:
         why = self._why_gone()

@@ -27,6 +27,7 @@ import grpo_lightning.rollout.server_guard as server_guard
 from grpo_lightning.config import VLLMConfig, VLLMServerConfig
 from grpo_lightning.models.lora import save_merged
 from grpo_lightning.rollout.server_guard import VLLMServerError
+from grpo_lightning.rollout.temp_folders import owned_temp_dir
 
 SERVED_NAME = "policy"  # --served-model-name of a launched server
 
@@ -93,7 +94,7 @@ class VLLMServer:
         self.port = server_guard.launch_port(s.host, s.port)
         self.url = base_url(s, self.port)
         self.token = server_guard.new_token()
-        self._model_dir = tempfile.TemporaryDirectory(prefix="grpo-vllm-server-model-")
+        self._model_dir = owned_temp_dir("vllm-server-model")
         save_merged(policy, self._model_dir.name, tokenizer)  # a LoRA policy: its merged weights
         self.log_path = Path(self._model_dir.name) / "server.log"
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", server_auth.TOKEN_ENV: self.token}

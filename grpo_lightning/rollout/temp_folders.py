@@ -1,0 +1,41 @@
+"""Temporary folders for weight copies, named ``grpo-<kind>-pid<PID>-*`` after the process that owns them.
+
+Why the PID: a trainer killed with SIGKILL runs no cleanup, and each copy of the policy can be
+gigabytes. The next start of the same kind removes every such folder whose owner is dead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive, and not ours to clean
+        return True
+    return True
+
+
+def remove_orphans(kind: str, root: str | None = None) -> list[Path]:
+    """Remove the ``kind`` folders under ``root`` (the temp folder) whose owner process is dead."""
+    owner = re.compile(rf"grpo-{re.escape(kind)}-pid(\d+)-")
+    removed = []
+    for path in Path(root or tempfile.gettempdir()).glob(f"grpo-{kind}-pid*-*"):
+        match = owner.match(path.name)
+        if match and path.is_dir() and not path.is_symlink() and not _alive(int(match.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def owned_temp_dir(kind: str) -> tempfile.TemporaryDirectory:
+    """A temporary folder owned by this process, after removing the ``kind`` folders of dead owners."""
+    remove_orphans(kind)
+    return tempfile.TemporaryDirectory(prefix=f"grpo-{kind}-pid{os.getpid()}-")
