@@ -290,6 +290,8 @@ class RunCheckpoints(L.Callback):
         where in the error's one line. Not with several ranks: the others would wait in the save's barrier."""
         target = self.output_dir / CHECKPOINT_DIR / f"step_{trainer.global_step:08d}.ckpt"
         try:
+            if not target.exists():
+                _forget_unfinished_batch(trainer)
             path = target if target.exists() else self.save(trainer)
         except Exception as err:  # noqa: BLE001  (the user's error stays the one reported)
             exception.args = (f"{exception} (saving a checkpoint failed too: {type(err).__name__}: {err})",)
@@ -360,3 +362,12 @@ def _any_rank(trainer: L.Trainer, failed: bool) -> bool:
 
 def _reason(err: OSError | None) -> str:
     return (err.strerror or str(err)) if err is not None else "it failed on another rank"
+
+
+def _forget_unfinished_batch(trainer: L.Trainer) -> None:
+    """The step that raised had fetched its batch (Lightning counted it ready and started) but never
+    processed it. Count it as never begun, so the checkpoint resumes at that batch, with the seeds of
+    its step (they derive from ``fit_loop.total_batch_idx``, which Lightning restores as saved)."""
+    progress = trainer.fit_loop.epoch_loop.batch_progress
+    for counts in (progress.total, progress.current):
+        counts.ready = counts.started = counts.processed
