@@ -26,7 +26,7 @@ def _saved(state: dict) -> dict:
 
 def _restore(params: list, old: list, optimizer: torch.optim.Optimizer, states: list) -> None:
     with torch.no_grad():
-        torch._foreach_copy_(params, old)
+        torch._foreach_copy_([_local(p) for p in params], [_local(o) for o in old])  # FSDP2: shard by shard
     for param, state in zip(params, states, strict=True):
         if state is None:  # the parameter's first step: no state before it
             optimizer.state.pop(param, None)

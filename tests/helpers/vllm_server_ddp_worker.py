@@ -51,6 +51,7 @@ def main(url: str, out_dir: str, steps: int, key_env: str) -> None:
     warnings.filterwarnings("ignore")
     cfg = TrainConfig()
     cfg.logger.kind = "none"
+    cfg.trainer.output_dir = out_dir  # its own run folder (locked), never the repository's outputs/
     cfg.trainer.max_steps, cfg.trainer.devices = steps, 2
     cfg.task.rewards = {"test_long": 1.0}
     cfg.rollout.engine, cfg.rollout.vllm.server.url = "vllm", url
