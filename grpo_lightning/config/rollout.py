@@ -44,9 +44,7 @@ class VLLMServerConfig(Schema):
     )
     timeout_s: float = option(
         300.0,
-        "Longest wait for any one server call (and for a url server's /health at the start); past it the run stops "
-        "naming the server. A refused connection fails at once; an address that never accepts one, after a shorter "
-        "connect timeout.",
+        "Longest wait for any one server call (and a url server's first /health); past it the run stops naming it.",
     )
     start_timeout_s: float = option(300.0, "launch: longest wait for the launched server to become healthy.")
     concurrency: int = option(64, "Requests each rank keeps in flight at once (one per sample).")
