@@ -39,10 +39,17 @@ def _restore(params: list, old: list, optimizer: torch.optim.Optimizer, states: 
                 optimizer.state[param][key] = value
 
 
+# A chunk holds at least this many elements: a small model is tried in one optimizer call (each
+# call costs its fixed overhead), at most 4M weights and their two moments copied (48 MB in fp32).
+MIN_CHUNK_ELEMENTS = 4_000_000
+
+
 def _chunks(params: list) -> list[list]:
-    """Consecutive parameters, about a sixteenth of them by size in each (at least the largest one):
-    few optimizer calls, and the copies kept meanwhile stay a small share of the model."""
-    budget = max(max(p.numel() for p in params), sum(p.numel() for p in params) // 16)
+    """Consecutive parameters, about a sixteenth of them by size in each (at least the largest one,
+    and at least MIN_CHUNK_ELEMENTS): few optimizer calls, and the copies kept meanwhile stay a
+    small share of a large model."""
+    total = sum(p.numel() for p in params)
+    budget = max(max(p.numel() for p in params), total // 16, MIN_CHUNK_ELEMENTS)
     chunks, size = [[]], 0
     for p in params:
         if chunks[-1] and size + p.numel() > budget:

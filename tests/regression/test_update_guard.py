@@ -9,6 +9,7 @@ import pytest
 import torch
 from test_nan_guard import all_finite, prepared_fit
 
+from grpo_lightning import update_check
 from grpo_lightning.guards import NonFiniteTrainingError
 from grpo_lightning.update_check import nonfinite_update_count
 
@@ -35,9 +36,12 @@ def test_a_normal_learning_rate_trains_as_before(policy, tokenizer):
     assert any(not torch.equal(snaps.before[0][0][n], snaps.after[0][0][n]) for n in snaps.before[0][0])
 
 
+@pytest.mark.parametrize("min_chunk", [0, update_check.MIN_CHUNK_ELEMENTS], ids=["chunked", "one_chunk"])
 @pytest.mark.parametrize("fused", [True, False])
-def test_the_trial_step_predicts_the_real_one_and_changes_nothing(fused):
-    """Many random cases: lr from tiny to overflowing, first and later steps, weight decay."""
+def test_the_trial_step_predicts_the_real_one_and_changes_nothing(fused, min_chunk, monkeypatch):
+    """Many random cases: lr from tiny to overflowing, first and later steps, weight decay; tried
+    in several chunks (as a large model is) and in one (a small one)."""
+    monkeypatch.setattr(update_check, "MIN_CHUNK_ELEMENTS", min_chunk)
     rng = random.Random(0)
     for case in range(60):
         torch.manual_seed(case)
