@@ -64,6 +64,9 @@ from grpo_lightning.runtime.stop_signals import StopSignals
 from grpo_lightning.sharding import is_sharded
 
 CHECKPOINT_DIR = "checkpoints"
+# Lightning's save flag (not torch.load's): write optimizer, loops and callbacks too. Said explicitly
+# so Lightning does not log "weights_only was not set" on every save.
+SAVE_WEIGHTS_ONLY = False
 
 
 @rank_zero_only
@@ -307,7 +310,7 @@ class RunCheckpoints(L.Callback):
         staging = folder / f".{target.name}.tmp"
         failed, written = None, False
         try:
-            trainer.save_checkpoint(staging, weights_only=False)  # all state; no "weights_only was not set" line
+            trainer.save_checkpoint(staging, weights_only=SAVE_WEIGHTS_ONLY)
             written = True
             if trainer.is_global_zero:
                 with open(staging, "rb") as handle:
