@@ -27,6 +27,7 @@ import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict, replace
+from functools import partial
 
 import lightning as L
 import torch
@@ -43,6 +44,7 @@ from grpo_lightning.algorithm import (
     sequences_in_loss,
 )
 from grpo_lightning.algorithm.packing import PackedMicroBatch
+from grpo_lightning.algorithm.truncation import Truncation, replayed_truncation
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.guards import NonFiniteCounters, NonFiniteTrainingError
@@ -113,6 +115,7 @@ class GRPOModule(L.LightningModule):
                 seed=rollout.seed,
             )
         self.forward_pass = CompletionLogProbs(self.cfg.logprob_chunk_mb, self.cfg.pack_sequences)
+        self.replay = replayed_truncation(rollout, self.cfg)  # the engine's top-k / top-p, scored alike
         self.auto_checkpointing = auto_checkpointing
         self.checkpointing_choice: CheckpointingChoice | None = None  # auto's latest decision
         self.counters = NonFiniteCounters()
@@ -224,6 +227,7 @@ class GRPOModule(L.LightningModule):
                 with_entropy=True,
                 entropy_grad=self.cfg.entropy_coef > 0,
                 packed=lambda: mb.packed,
+                truncation=self.replay,
             )
             terms = micro_batch_loss(logprobs, mb, prepared, self.cfg)
             with self._no_sync(index == len(batches) - 1):
@@ -277,10 +281,11 @@ class GRPOModule(L.LightningModule):
         with_entropy: bool = False,
         entropy_grad: bool = False,
         packed: Callable[[], PackedMicroBatch] | None = None,
+        truncation: Truncation | None = None,
     ) -> TokenLogProbs:
         """Float32 log-probs [B, C] of the completion tokens (columns from ``prompt_width`` on),
         packed without padding when ``algorithm.pack_sequences`` (:class:`CompletionLogProbs`;
-        ``packed`` returns the rows packed already)."""
+        ``packed`` returns the rows packed already; ``truncation``: the sampling filter replayed)."""
         return self.forward_pass(
             model,
             input_ids,
@@ -290,10 +295,11 @@ class GRPOModule(L.LightningModule):
             with_entropy,
             entropy_grad,
             packed=packed,
+            truncation=truncation,
         )
 
     def _frozen_log_probs(self, model: nn.Module, rollout: RolloutBatch, batches: list[MicroBatch]) -> TokenLogProbs:
-        return frozen_log_probs(self.completion_log_probs, model, rollout, batches)
+        return frozen_log_probs(partial(self.completion_log_probs, truncation=self.replay), model, rollout, batches)
 
     def _reference_log_probs(self, rollout: RolloutBatch, batches: list[MicroBatch]) -> TokenLogProbs:
         """The reference's log-probs: its own model, or a LoRA policy with the adapters switched off."""

@@ -1,34 +1,30 @@
-"""Truncated importance sampling (TIS) between the sampler's and the trainer's log-probs.
+"""Truncated importance sampling (TIS), the first off-policy correction, kept as a function.
 
-Completions are sampled by the engine under ``mu`` (vLLM's kernels, possibly weights one or
-more steps old in async mode) while the loss assumes the trainer's ``pi_old``. Weighting each
-token's loss by ``w = min(pi_old / mu, cap)`` corrects the mismatch with bounded variance
-(Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL training";
-the same estimator as TRL's ``vllm_importance_sampling_*`` truncate modes and verl's
-``rollout_is``):
+Now two registered corrections, ``tis_token`` and ``tis_seq`` (:mod:`.corrections`); the config
+keys ``algorithm.is_level`` / ``algorithm.is_cap`` still select them (deprecated aliases of
+``algorithm.corrections=[tis_token] algorithm.tis_token.cap=...``). Yao et al. 2025, "Your
+efficient RL framework secretly brings you off-policy RL training"; TRL's truncate modes and
+verl's ``rollout_is``:
 
 * ``token``:    ``w_t = min(exp(log pi_old(y_t) - log mu(y_t)), cap)``
 * ``sequence``: ``w   = min(exp(sum_t log pi_old(y_t) - log mu(y_t)), cap)`` for every token
 
-Log-ratios are clamped to [-20, 20] before ``exp`` (F3). Weights are detached: they scale
-the gradient, they are not optimized.
+Log-ratios are clamped to [-20, 20] before ``exp`` (F3). Weights are detached.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
-IS_LEVELS = ("none", "token", "sequence")
+from grpo_lightning.algorithm.corrections.base import CorrectionInputs, ImportanceWeights
+from grpo_lightning.algorithm.corrections.select import LEGACY_IS_LEVELS, apply_corrections
+from grpo_lightning.algorithm.corrections.tis_seq import TisSeq, TisSeqOptions
+from grpo_lightning.algorithm.corrections.tis_token import TisToken, TisTokenOptions
+
+IS_LEVELS = ("none", *LEGACY_IS_LEVELS)
 LOG_RATIO_CLAMP = 20.0
 
-
-class ImportanceWeights(NamedTuple):
-    weights: torch.Tensor  # [B, T] detached, 1 where level == "none"
-    abs_diff_sum: float  # sum over masked tokens of |log pi_old - log mu|
-    ratio_max: float  # the largest untruncated ratio (token or sequence), over masked tokens
-    truncated: float  # how many masked tokens had their weight cut at the cap
+__all__ = ["IS_LEVELS", "ImportanceWeights", "truncated_importance_weights"]
 
 
 def truncated_importance_weights(
@@ -38,24 +34,11 @@ def truncated_importance_weights(
     level: str = "token",
     cap: float = 2.0,
 ) -> ImportanceWeights:
-    """TIS weights [B, T] and the mismatch statistics; ``mask`` [B, T] is 1 on real tokens."""
+    """TIS weights [B, T] and the mismatch statistics; ``mask`` [B, T] is 1 on real tokens
+    (``level="none"``: weights 1, the statistics of the token ratio against ``cap``)."""
     if level not in IS_LEVELS:
         raise ValueError(f"importance sampling level {level!r} is not one of {IS_LEVELS}")
-    mask = mask.float()
-    with torch.no_grad():
-        log_ratio = (trainer_logp.detach().float() - engine_logp.float()) * mask
-        if level == "sequence":
-            seq = log_ratio.sum(dim=1, keepdim=True).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-            ratio = torch.exp(seq).expand_as(log_ratio)
-        else:
-            ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-        on = mask > 0
-        ratio_max = float(ratio[on].max()) if on.any() else 1.0
-        truncated = float(((ratio > cap) & on).sum())
-        weights = ratio.clamp(max=cap) if level != "none" else torch.ones_like(ratio)
-        return ImportanceWeights(
-            weights=weights,
-            abs_diff_sum=float(log_ratio.abs().sum()),
-            ratio_max=ratio_max,
-            truncated=truncated,
-        )
+    x = CorrectionInputs(trainer_logp, engine_logp, mask.float(), torch.zeros(mask.shape[0]))
+    correction = TisSeq(TisSeqOptions(cap)) if level == "sequence" else TisToken(TisTokenOptions(cap))
+    out = apply_corrections([correction], x)
+    return out._replace(weights=torch.ones_like(out.weights)) if level == "none" else out

@@ -16,18 +16,27 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from grpo_lightning.algorithm.fused_head import fused_head_log_probs
+from grpo_lightning.algorithm.truncation import Truncation, truncate_logits
 from grpo_lightning.step import TokenLogProbs
 
 
 def _chunk_log_probs(
-    z: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool, entropy_grad: bool = False
+    z: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+    entropy_grad: bool = False,
+    truncation: Truncation | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Log-prob of ``targets``, finiteness and entropy for one chunk of [rows, V] logits."""
+    """Log-prob of ``targets``, finiteness and entropy for one chunk of [rows, V] logits;
+    ``truncation`` replays the engine's top-k / top-p filter (:mod:`.truncation`)."""
     z = z.float()
     if temperature != 1.0:
         z = z / temperature
     row_ok = torch.isfinite(z).all(dim=-1)
     z = torch.where(row_ok.unsqueeze(-1), z, torch.zeros_like(z))
+    if truncation is not None and truncation.active:
+        z = truncate_logits(z, truncation, targets)
     lse = torch.logsumexp(z, dim=-1)
     logp = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
     ok = row_ok & torch.isfinite(logp)
@@ -35,7 +44,8 @@ def _chunk_log_probs(
     if not with_entropy:  # a diagnostic: no graph is kept for it
         return logp, ok, logp.new_zeros(())
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):  # the entropy bonus needs its gradient
-        entropy = lse - (torch.softmax(z, dim=-1) * z).sum(dim=-1)
+        probs = torch.softmax(z, dim=-1)
+        entropy = lse - torch.where(probs > 0, probs * z, 0.0).sum(dim=-1)  # 0 x -inf outside a kept set
     return logp, ok, entropy
 
 
@@ -59,6 +69,7 @@ def selective_log_probs(
     chunk_size: int = 512,
     with_entropy: bool = False,
     entropy_grad: bool = False,
+    truncation: Truncation | None = None,
 ) -> TokenLogProbs:
     """``log softmax(logits / temperature)[targets]`` in float32, ``chunk_size`` rows at a time.
 
@@ -72,7 +83,12 @@ def selective_log_probs(
     flat_logits, flat_targets = logits.reshape(-1, vocab), targets.reshape(-1)
     parts = [
         _chunk_log_probs(
-            flat_logits[i : i + chunk_size], flat_targets[i : i + chunk_size], temperature, with_entropy, entropy_grad
+            flat_logits[i : i + chunk_size],
+            flat_targets[i : i + chunk_size],
+            temperature,
+            with_entropy,
+            entropy_grad,
+            truncation,
         )
         for i in range(0, flat_logits.shape[0], chunk_size)
     ]
@@ -94,6 +110,7 @@ def lm_head_log_probs(
     chunk_size: int = 512,
     with_entropy: bool = False,
     entropy_grad: bool = False,
+    truncation: Truncation | None = None,
 ) -> TokenLogProbs:
     """Like :func:`selective_log_probs`, from the final hidden states [B, T, H].
 
@@ -109,12 +126,13 @@ def lm_head_log_probs(
         raise ValueError(f"hidden {tuple(hidden.shape)} and targets {tuple(targets.shape)} do not align")
     batch, time, width = hidden.shape
     flat_hidden, flat_targets = hidden.reshape(-1, width), targets.reshape(-1)
-    if not (entropy_grad and with_entropy) and _fusable(lm_head):
+    replay = truncation is not None and truncation.active  # the fused head scores the full softmax only
+    if not (entropy_grad and with_entropy) and not replay and _fusable(lm_head):
         fused = fused_head_log_probs(flat_hidden, lm_head, flat_targets, temperature, chunk_size, with_entropy)
         return _assemble([fused], batch, time, with_entropy)
 
     def chunk(h: torch.Tensor, t: torch.Tensor):
-        return _chunk_log_probs(lm_head(h), t, temperature, with_entropy, entropy_grad)
+        return _chunk_log_probs(lm_head(h), t, temperature, with_entropy, entropy_grad, truncation)
 
     # One chunk's logits are within the budget anyway: recomputing them would only cost time.
     recompute = (

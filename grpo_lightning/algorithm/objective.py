@@ -1,8 +1,8 @@
 """The GRPO objective of one micro-batch, from the policy's log-probs to the loss terms.
 
 ``loss = aggregate(policy_loss x w) + beta x aggregate(KL) - entropy_coef x aggregate(entropy)`` where ``policy_loss`` is the
-registered loss named by ``algorithm.policy_loss``, ``w`` the truncated importance weight
-pi_old / pi_engine (only with ``algorithm.is_level`` != none), and both terms are aggregated
+registered loss named by ``algorithm.policy_loss``, ``w`` the product of the off-policy
+corrections' weights (``algorithm.corrections``; their masks leave every term), and both terms are aggregated
 with the same mode (``algorithm.loss_agg``) and the same normalizer of the whole
 generation batch (F5); so is the entropy bonus, a separate term (the F5 identity check
 reads the policy term alone). With ``algorithm.mask_truncated`` a completion cut at
@@ -22,7 +22,8 @@ from typing import Any
 import torch
 
 from grpo_lightning.algorithm.aggregation import aggregate
-from grpo_lightning.algorithm.importance import ImportanceWeights, truncated_importance_weights
+from grpo_lightning.algorithm.corrections import CorrectionInputs, apply_corrections, selected_corrections
+from grpo_lightning.algorithm.corrections.base import ImportanceWeights
 from grpo_lightning.algorithm.kl import kl_estimate
 from grpo_lightning.algorithm.packing import PackedMicroBatch, pack_micro_batch
 from grpo_lightning.algorithm.policy_loss import POLICY_LOSSES, PolicyLossInputs
@@ -111,6 +112,27 @@ def aggregate_term(
     return value, AggregationRecord(cfg.loss_agg, prepared.normalizer)
 
 
+def correct(
+    policy: TokenLogProbs,
+    old_logp: torch.Tensor,
+    mb: MicroBatch,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    cfg: Any,
+) -> tuple[torch.Tensor, torch.Tensor, ImportanceWeights]:
+    """The off-policy corrections (``algorithm.corrections``, docs/corrections.md) on this
+    micro-batch: (the log-probs the loss takes as old, the token mask after the masks, the
+    weights and statistics). ``bypass`` mode: pi_old := pi_eng, and "train" is pi_theta."""
+    engine = torch.where(mask > 0, mb.engine_logprobs, old_logp)  # padding: never a NaN in the ratio
+    bypass = getattr(cfg, "correction_mode", "decoupled") == "bypass"
+    train = policy.logp.detach() if bypass else old_logp
+    x = CorrectionInputs(train, engine, mask, advantages)
+    importance = apply_corrections(selected_corrections(cfg), x)
+    if importance.keep is not None:
+        mask = mask * importance.keep
+    return (engine if bypass else old_logp), mask, importance
+
+
 def micro_batch_loss(policy: TokenLogProbs, mb: MicroBatch, prepared: PreparedBatch, cfg: Any) -> LossTerms:
     """The loss terms of ``mb`` given the policy's log-probs of its completions (see module doc)."""
     mask = mb.completion_mask
@@ -125,15 +147,14 @@ def micro_batch_loss(policy: TokenLogProbs, mb: MicroBatch, prepared: PreparedBa
         token_mask = token_mask & prepared.in_loss[mb.rows, None]
     token_mask = token_mask.float()
     old_logp = old.logp if old is not None else policy.logp.detach()
+    importance = None
+    if mb.engine_logprobs is not None:
+        old_logp, token_mask, importance = correct(policy, old_logp, mb, prepared.advantages[mb.rows], token_mask, cfg)
     out = POLICY_LOSSES[cfg.policy_loss].fn(
         PolicyLossInputs(policy.logp, old_logp, prepared.advantages[mb.rows], token_mask), cfg
     )
-    per_token, importance = out.loss, None
-    if mb.engine_logprobs is not None:
-        # Only the policy term is weighted (the KL term is added after), as TRL and verl do.
-        importance = truncated_importance_weights(old_logp, mb.engine_logprobs, token_mask, cfg.is_level, cfg.is_cap)
-        if cfg.is_level != "none":
-            per_token = per_token * importance.weights
+    # Only the policy term is weighted (the KL term is added after), as TRL and verl do.
+    per_token = out.loss * importance.weights if importance is not None else out.loss
 
     aggregation = {}
     policy_term, aggregation["policy"] = aggregate_term("policy", per_token, token_mask, prepared, cfg)

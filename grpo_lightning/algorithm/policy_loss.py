@@ -63,21 +63,28 @@ class PolicyLoss:
     name: str
     fn: PolicyLossFn
     ratio_one_identity: bool  # F5: policy term == aggregate(-A) when the ratio is 1
+    correction_levels: tuple[str, ...] = ("token", "sequence")  # off-policy corrections it accepts
 
 
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", "algorithm.policy_loss")
 
 
 def register_policy_loss(
-    name: str, *, ratio_one_identity: bool, options: type | None = None
+    name: str,
+    *,
+    ratio_one_identity: bool,
+    options: type | None = None,
+    correction_levels: tuple[str, ...] = ("token", "sequence"),
 ) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Register ``fn(inputs, cfg) -> PolicyLossOutput`` as ``algorithm.policy_loss=name``.
 
     ``options``: a dataclass of the loss's own settings; the config gets them as
-    ``algorithm.<name>.*`` and the loss reads them as ``cfg.<name>``."""
+    ``algorithm.<name>.*`` and the loss reads them as ``cfg.<name>``. ``correction_levels``: the
+    levels of off-policy corrections (``algorithm.corrections``) that make sense with its ratio;
+    others are refused at config time."""
 
     def decorate(fn: PolicyLossFn) -> PolicyLossFn:
-        POLICY_LOSSES.add(name, PolicyLoss(name, fn, ratio_one_identity), options=options)
+        POLICY_LOSSES.add(name, PolicyLoss(name, fn, ratio_one_identity, correction_levels), options=options)
         return fn
 
     return decorate
@@ -148,7 +155,7 @@ def _sequence_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
 
 
-@register_policy_loss("gspo", ratio_one_identity=True)
+@register_policy_loss("gspo", ratio_one_identity=True, correction_levels=("sequence",))
 def gspo_loss(inputs: PolicyLossInputs, cfg: Any) -> PolicyLossOutput:
     """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv 2507.18071), in its
     token form "GSPO-token" with one advantage per sequence (then it equals GSPO):
@@ -161,7 +168,8 @@ def gspo_loss(inputs: PolicyLossInputs, cfg: Any) -> PolicyLossOutput:
     (verl's ``compute_policy_loss_gspo`` is the same construction). The paper clips far
     tighter than the token-level 0.2 (``clip_low=3e-4``, ``clip_high=4e-4``) and aggregates
     with ``seq_mean_token_mean``; set those in the config. The sequence log-ratio is clamped
-    to +-20 like the token one.
+    to +-20 like the token one. Off-policy corrections must be sequence-level too: a per-token
+    weight under one sequence ratio mixes two estimators (refused at config time).
 
     F5 identity: holds. At ratio 1 every ``s_i,t`` is exactly 1, so ``loss_t = -A_i``.
     """

@@ -17,7 +17,9 @@ from grpo_lightning.algorithm import (
     LOSS_AGG_MODES,
     POLICY_LOSSES,
 )
+from grpo_lightning.algorithm.corrections import CORRECTION_MODES, CORRECTIONS, correction_problems
 from grpo_lightning.algorithm.lr_schedule import LR_SCHEDULES
+from grpo_lightning.algorithm.truncation import TRUNCATED_SAMPLING
 from grpo_lightning.config.base import check, choice, option
 from grpo_lightning.config.nodes import PluginNodes
 
@@ -30,11 +32,11 @@ def divisors(n: int) -> list[int]:
 
 @dataclass
 class AlgorithmConfig(PluginNodes):
-    """A policy loss registered with options gets them here, as ``algorithm.<loss name>.*``
-    (``algorithm.sapo.tau_pos``): every loss's node exists, selected or not, so switching
+    """A policy loss or correction registered with options gets them here, as ``algorithm.<name>.*``
+    (``algorithm.sapo.tau_pos``, ``algorithm.icepop.upper``): every node exists, selected or not, so switching
     ``policy_loss`` on the command line never changes which keys are valid."""
 
-    node_registries = (POLICY_LOSSES,)
+    node_registries = (POLICY_LOSSES, CORRECTIONS)
 
     policy_loss: str = option("grpo", "Registered policy loss (grpo_lightning/algorithm/policy_loss.py).")
     advantage_estimator: str = option(
@@ -68,8 +70,20 @@ class AlgorithmConfig(PluginNodes):
     logprob_chunk_mb: float = option(
         96.0, "Memory budget (MB) of the float32 logits alive at once in the log-prob pass."
     )
-    is_level: str = option("none", f"Truncated importance sampling (engine vs trainer log-probs), one of {IS_LEVELS}.")
-    is_cap: float = option(2.0, "Upper bound of the truncated importance weight (> 0).")
+    corrections: list[str] = option(
+        [],
+        f"Off-policy corrections, combined (docs/corrections.md): any of {CORRECTIONS.names}; options algorithm.<name>.*.",
+    )
+    correction_mode: str = option(
+        "decoupled",
+        f"Which log-probs are old, one of {CORRECTION_MODES}: the trainer's recompute, or the engine's (bypass).",
+    )
+    truncated_sampling: str = option(
+        "replay",
+        f"With rollout.top_p < 1 or top_k > 0, one of {TRUNCATED_SAMPLING}: score the engine's kept set, or refuse.",
+    )
+    is_level: str = option("none", f"Deprecated: algorithm.corrections=[tis_token] or [tis_seq]; one of {IS_LEVELS}.")
+    is_cap: float = option(2.0, "Deprecated: algorithm.tis_token.cap / tis_seq.cap (with is_level only, > 0).")
     entropy_coef: float = option(0.0, "Entropy bonus: loss -= entropy_coef x aggregate(entropy); 0 turns it off.")
     lr_schedule: str = option("constant", f"Learning-rate schedule after the warm-up, one of {LR_SCHEDULES}.")
     mask_truncated: bool = option(
@@ -84,6 +98,10 @@ class AlgorithmConfig(PluginNodes):
                 problems.append(problem)
         choice(problems, f"{p}advantage_scale", self.advantage_scale, ADVANTAGE_SCALES)
         choice(problems, f"{p}is_level", self.is_level, IS_LEVELS)
+        choice(problems, f"{p}correction_mode", self.correction_mode, CORRECTION_MODES)
+        choice(problems, f"{p}truncated_sampling", self.truncated_sampling, TRUNCATED_SAMPLING)
+        if self.policy_loss in POLICY_LOSSES:
+            problems += correction_problems(self, POLICY_LOSSES[self.policy_loss].correction_levels, p)
         choice(problems, f"{p}lr_schedule", self.lr_schedule, LR_SCHEDULES)
         m = self.micro_batch_size
         check(
@@ -110,6 +128,10 @@ class AlgorithmConfig(PluginNodes):
         check(problems, self.entropy_coef >= 0, f"{p}entropy_coef={self.entropy_coef} must be >= 0 (0 = off)")
         check(problems, self.warmup_steps >= 0, f"{p}warmup_steps={self.warmup_steps} must be >= 0")
         return problems
+
+    def corrects(self) -> bool:
+        """True when the policy term is more than the loss of the ratio: corrections or bypass mode."""
+        return bool(self.corrections) or self.is_level != "none" or self.correction_mode == "bypass"
 
     def micro_batch_problem(self, batch: int, p: str = "algorithm.") -> str | None:
         """An explicit micro_batch_size that does not divide the generation batch, said with its fixes."""

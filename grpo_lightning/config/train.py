@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from grpo_lightning.algorithm.truncation import truncated_sampling_refusal
 from grpo_lightning.config.algorithm import AlgorithmConfig
 from grpo_lightning.config.base import Schema, check, option
 from grpo_lightning.config.eval import EvalConfig
@@ -95,6 +96,11 @@ class TrainConfig(Schema):
             "model.compile=true with trainer.strategy=fsdp is not supported: FSDP2 gathers each layer's weights in "
             "hooks around the layer that the compiled layer would have to trace; set model.compile=false, or use "
             "trainer.strategy=ddp",
+        )
+        check(
+            problems,
+            a.truncated_sampling != "refuse" or (r.top_p >= 1.0 and r.top_k == 0),
+            truncated_sampling_refusal(r.top_p, r.top_k),
         )
         p_ = str(t.precision)
         if m.dtype in ("bfloat16", "float16") and p_.endswith("-mixed"):

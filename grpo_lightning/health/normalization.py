@@ -67,7 +67,7 @@ class NormalizationCheck(HealthCheck):
             and first.finite_loss
             and first.dropped_seqs == 0
             and "policy" in declared
-            and view.algorithm.is_level == "none"
+            and not view.algorithm.corrects()
             and POLICY_LOSSES[view.algorithm.policy_loss].ratio_one_identity
         )
         stats = {"terms": float(len(declared)), "mismatched": float(mismatched), "checkable": float(checkable)}

@@ -19,6 +19,7 @@ from torch import nn
 
 from grpo_lightning.algorithm.logprobs import TokenLogProbs, lm_head_log_probs, selective_log_probs
 from grpo_lightning.algorithm.packing import PackedMicroBatch, pack_micro_batch, scatter_completion
+from grpo_lightning.algorithm.truncation import Truncation
 from grpo_lightning.sharding import is_sharded
 
 # Mean |packed - padded| log-prob of the probe above which packing is declared broken. Both
@@ -63,16 +64,20 @@ class CompletionLogProbs:
         with_entropy: bool = False,
         entropy_grad: bool = False,
         packed: Callable[[], PackedMicroBatch] | None = None,
+        truncation: Truncation | None = None,
     ) -> TokenLogProbs:
-        """``packed``, if given, returns these rows already packed (a micro-batch packs once for all its passes)."""
+        """``packed``, if given, returns these rows already packed (a micro-batch packs once for all its passes);
+        ``truncation``, the engine's top-k / top-p filter to replay (``algorithm.truncated_sampling``)."""
         if self.pack and self.packing_verified is None:
             self.packing_verified = self._probe(model)
         # A micro-batch without a completion token has nothing to pack (and no graph without one).
         if self.pack and self.packing_verified and bool(attention_mask[:, prompt_width:].any()):
             packed = packed() if packed is not None else pack_micro_batch(input_ids, attention_mask, prompt_width)
             self.last_padding_share = packed.padding_share
-            return self.packed(model, packed, temperature, with_entropy, entropy_grad)
-        return self.padded(model, input_ids, attention_mask, prompt_width, temperature, with_entropy, entropy_grad)
+            return self.packed(model, packed, temperature, with_entropy, entropy_grad, truncation)
+        return self.padded(
+            model, input_ids, attention_mask, prompt_width, temperature, with_entropy, entropy_grad, truncation
+        )
 
     def _chunk_rows(self, vocab_size: int) -> int:
         """Token positions per chunk so that their float32 logits fit ``chunk_mb``."""
@@ -87,6 +92,7 @@ class CompletionLogProbs:
         temperature: float,
         with_entropy: bool = False,
         entropy_grad: bool = False,
+        truncation: Truncation | None = None,
     ) -> TokenLogProbs:
         """The rows as they are (left-padded prompts, right-padded completions).
 
@@ -101,10 +107,10 @@ class CompletionLogProbs:
         if head is not None:
             hidden = model.get_decoder()(**inputs).last_hidden_state[:, prompt_width - 1 : -1]
             rows = self._chunk_rows(head.out_features)
-            return lm_head_log_probs(hidden, head, targets, temperature, rows, with_entropy, entropy_grad)
+            return lm_head_log_probs(hidden, head, targets, temperature, rows, with_entropy, entropy_grad, truncation)
         logits = model(**inputs, logits_to_keep=targets.shape[1] + 1).logits[:, :-1]
         rows = self._chunk_rows(logits.shape[-1])
-        return selective_log_probs(logits, targets, temperature, rows, with_entropy, entropy_grad)
+        return selective_log_probs(logits, targets, temperature, rows, with_entropy, entropy_grad, truncation)
 
     def packed(
         self,
@@ -113,6 +119,7 @@ class CompletionLogProbs:
         temperature: float,
         with_entropy: bool = False,
         entropy_grad: bool = False,
+        truncation: Truncation | None = None,
     ) -> TokenLogProbs:
         """The packed rows; the output head sees only the positions that predict a completion token."""
         inputs = dict(
@@ -124,13 +131,26 @@ class CompletionLogProbs:
             hidden = model.get_decoder()(**inputs).last_hidden_state
             chosen = hidden.reshape(-1, hidden.shape[-1])[packed.source][None]
             out = lm_head_log_probs(
-                chosen, head, targets, temperature, self._chunk_rows(head.out_features), with_entropy, entropy_grad
+                chosen,
+                head,
+                targets,
+                temperature,
+                self._chunk_rows(head.out_features),
+                with_entropy,
+                entropy_grad,
+                truncation,
             )
         else:
             logits = model(**inputs).logits
             chosen = logits.reshape(-1, logits.shape[-1])[packed.source][None]
             out = selective_log_probs(
-                chosen, targets, temperature, self._chunk_rows(logits.shape[-1]), with_entropy, entropy_grad
+                chosen,
+                targets,
+                temperature,
+                self._chunk_rows(logits.shape[-1]),
+                with_entropy,
+                entropy_grad,
+                truncation,
             )
         valid = packed.completion_valid
         return TokenLogProbs(

@@ -4,26 +4,17 @@ from __future__ import annotations
 
 import torch
 
+from grpo_lightning.algorithm.truncation import Truncation, truncate_logits
 from grpo_lightning.rollout.engine import Sampling
 
 
 def filter_logits(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """Temperature, then top-k, then top-p (nucleus) on [B, V] logits, in float32."""
+    """Temperature, then top-k, then top-p (nucleus) on [B, V] logits, in float32; the filter is
+    :func:`truncate_logits`, the one the trainer replays (``algorithm.truncated_sampling``)."""
     z = logits.float()
     if sampling.temperature != 1.0:
         z = z / max(sampling.temperature, 1e-6)
-    vocab = z.shape[-1]
-    if 0 < sampling.top_k < vocab:
-        kth = torch.topk(z, sampling.top_k, dim=-1).values[:, -1:]
-        z = z.masked_fill(z < kth, float("-inf"))
-    if sampling.top_p < 1.0:
-        sorted_z, order = torch.sort(z, dim=-1, descending=True)
-        cumulative = torch.softmax(sorted_z, dim=-1).cumsum(dim=-1)
-        # Drop a token once the mass before it already reaches top_p (the top token stays).
-        drop_sorted = (cumulative - torch.softmax(sorted_z, dim=-1)) >= sampling.top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        z = z.masked_fill(drop, float("-inf"))
-    return z
+    return truncate_logits(z, Truncation(sampling.top_k, sampling.top_p))
 
 
 def _signed(value: int) -> int:
