@@ -1,0 +1,99 @@
+"""What each off-policy correction costs as a share of a tiny optimization step (one CPU thread).
+
+The step: ``prepare`` + one forward/backward pass over a generation batch of the default tiny
+setting (16 prompts x 8 generations, in-code tiny model), engine log-probs present, no
+correction. Each correction is then timed alone on the same micro-batches (``objective.correct``:
+the combined weights, masks and the statistics read back to the host), summed over the batch.
+Medians of CPU thread time (immune to other processes on a shared machine).
+
+    python benchmarks/corrections_cost.py [--repeats 30] [--new-tokens 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from grpo_lightning.algorithm.corrections import CORRECTIONS
+from grpo_lightning.algorithm.corrections.geo_mask import GeoMaskOptions
+from grpo_lightning.algorithm.corrections.opsm import OpsmOptions
+from grpo_lightning.algorithm.corrections.rejection import RejectionOptions
+from grpo_lightning.algorithm.objective import correct
+from grpo_lightning.config import AlgorithmConfig
+from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
+from grpo_lightning.module import GRPOModule
+from grpo_lightning.rollout import RolloutBatch
+from grpo_lightning.step import TokenLogProbs
+
+REQUIRED = {
+    "geo_mask": GeoMaskOptions(lower=0.999, upper=1.001),
+    "opsm": OpsmOptions(delta=1e-4),
+    "rejection": RejectionOptions(upper=0.01),
+}
+
+
+def rollout(n: int, prompt: int, new: int) -> RolloutBatch:
+    g = torch.Generator().manual_seed(0)
+    return RolloutBatch(
+        prompt_ids=torch.randint(3, 19, (n, prompt), generator=g),
+        prompt_mask=torch.ones(n, prompt, dtype=torch.long),
+        completion_ids=torch.randint(3, 19, (n, new), generator=g),
+        completion_mask=torch.ones(n, new, dtype=torch.long),
+        rewards=torch.rand(n, generator=g),
+        group_size=8,
+        max_new_tokens=new,
+        temperature=1.0,
+        engine_logprobs=-torch.rand(n, new, generator=g) * 3,
+    )
+
+
+def cpu_median(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.thread_time()
+        fn()
+        times.append(time.thread_time() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--new-tokens", type=int, default=4)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    cfg = AlgorithmConfig(beta=0.0)
+    module = GRPOModule(build_tiny_policy(build_char_tokenizer()), cfg)
+    batch = rollout(128, 6, args.new_tokens)
+
+    def step():
+        module.policy.zero_grad(set_to_none=True)
+        module.accumulate_gradients(batch, module.prepare(batch))
+
+    step()
+    step_s = cpu_median(step, args.repeats)
+    prepared = module.prepare(batch)
+    policy = TokenLogProbs(-torch.rand(batch.completion_ids.shape) * 3, None, torch.ones_like(batch.completion_mask))
+    print(f"tiny step (prepare + one pass, 128 x {args.new_tokens} tokens): {step_s * 1e3:.2f} ms CPU")
+    print(f"{'correction':<14} {'ms / step':>10} {'share':>8}")
+    for name in ["none", *CORRECTIONS, "all"]:  # none: the statistics alone, already in the step
+        names = list(CORRECTIONS) if name == "all" else [] if name == "none" else [name]
+        ccfg = AlgorithmConfig(beta=0.0, corrections=names)
+        for n in names:
+            setattr(ccfg, n, REQUIRED.get(n, CORRECTIONS.options(n)()))
+
+        def corrections(ccfg=ccfg):
+            for mb in prepared.micro_batches:
+                mask = mb.completion_mask.float()
+                logp = TokenLogProbs(policy.logp[mb.rows, : mb.num_cols], None, None)
+                correct(logp, logp.logp, mb, prepared.advantages[mb.rows], mask, ccfg)
+
+        cost = cpu_median(corrections, args.repeats)
+        print(f"{name:<14} {cost * 1e3:>10.3f} {cost / step_s:>8.2%}")
+
+
+if __name__ == "__main__":
+    main()
