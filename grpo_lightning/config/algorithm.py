@@ -72,7 +72,7 @@ class AlgorithmConfig(PluginNodes):
     )
     corrections: list[str] = option(
         [],
-        f"Off-policy corrections, combined (docs/corrections.md): any of {CORRECTIONS.names}; options algorithm.<name>.*.",
+        "Off-policy corrections by name, combined (docs/corrections.md: icepop, tis_token, ...); options algorithm.<name>.*.",
     )
     correction_mode: str = option(
         "decoupled",
