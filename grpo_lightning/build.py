@@ -20,6 +20,7 @@ from grpo_lightning.callbacks import CompletionsTable, HealthMonitor, TrainingSu
 from grpo_lightning.checkpointing import RunCheckpoints, fit_refusing_code, resume_path
 from grpo_lightning.config import TrainConfig, checkpointing_mode, validate_config
 from grpo_lightning.data import PromptDataModule
+from grpo_lightning.data.mixture import head_per_source
 from grpo_lightning.data.files import max_prompt_tokens, prompt_check
 from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.models import load_policy
@@ -27,7 +28,6 @@ from grpo_lightning.models.allocator import apply_huge_pages, huge_pages_report,
 from grpo_lightning.models.compile import compile_training_models
 from grpo_lightning.models.memory import check_memory
 from grpo_lightning.module import GRPOModule
-from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rollout import (
     ENGINES,
     AsyncRolloutGenerator,
@@ -40,7 +40,7 @@ from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
 from grpo_lightning.runtime.resume_check import config_record
 from grpo_lightning.runtime.run_lock import RunLock, lock_run_folder
 from grpo_lightning.sharding import build_strategy
-from grpo_lightning.tasks import task_records
+from grpo_lightning.tasks import source_weights, task_records, task_scorer
 
 
 @dataclass
@@ -98,12 +98,13 @@ def build_datamodule(cfg: TrainConfig) -> PromptDataModule:
     lookahead = cfg.rollout.max_staleness if cfg.rollout.mode == "async" else 0
     return PromptDataModule(
         train,
-        val[: cfg.eval.num_prompts],
+        head_per_source(val, cfg.eval.num_prompts),
         cfg.rollout.prompts_per_step,
         seed=cfg.trainer.seed,
         num_batches=batches,
         val_batch_size=cfg.eval.batch_size,
         lookahead=lookahead,
+        source_weights=source_weights(cfg.task),
     )
 
 
@@ -190,7 +191,7 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
     rollout = generator_cls(
         engine=engine if engine is not None else build_engine_factory(cfg, tokenizer),
         tokenizer=tokenizer,
-        scorer=RewardScorer.from_names(cfg.task.rewards, cfg.task.reward_timeout_s),
+        scorer=task_scorer(cfg.task),
         num_generations=r.num_generations,
         sampling=Sampling.from_config(r),
         seed=cfg.trainer.seed,

@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import torch
+
 from grpo_lightning.rewards import RewardScorer
+from grpo_lightning.rewards.routing import SOURCE_COLUMN, SourceRouter
 from grpo_lightning.rewards.scorer import as_reward_completions
 from grpo_lightning.rollout import GenerationRequest, Sampling
 from grpo_lightning.rollout.seeding import group_seeds
@@ -25,7 +28,8 @@ _EVAL_STEP_OFFSET = -(1 << 40)  # eval seeds live apart from training steps (whi
 
 
 class Evaluator:
-    """``evaluate(records)`` -> ``{"val/accuracy": ..., "val/pass@k": ..., "val/mean_length": ...}``."""
+    """``evaluate(records)`` -> ``{"val/accuracy": ..., "val/pass@k": ..., "val/mean_length": ...}``, and
+    the same per source (``val/<source>/accuracy``, ...) for records with a ``data_source``."""
 
     def __init__(
         self,
@@ -36,7 +40,9 @@ class Evaluator:
         seed: int = 0,
     ):
         self.rollout = rollout
-        self.scorer = RewardScorer.from_names({correctness_reward: 1.0})
+        # A mixed run's sources each judge their own rows (``correctness_reward`` is then source_correctness).
+        routed = isinstance(rollout.scorer, SourceRouter)
+        self.scorer = rollout.scorer.for_correctness() if routed else RewardScorer.from_names({correctness_reward: 1.0})
         self.correctness_reward = correctness_reward
         # Greedy: the most likely token (top_k=1) at every step; pass@k samples as training does.
         self.greedy = Sampling(max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0, top_k=1)
@@ -68,12 +74,22 @@ class Evaluator:
             {"prompt": r["prompt"], "completion": t, "answer": r.get("answer"), "correct": bool(c)}
             for r, t, c in zip(records, texts, correct.tolist())
         ]
+        sampled = self._scores(records, self.pass_k, self.sampled, step, rank)[0] if self.pass_k > 0 else None
+        greedy, length = scores[:, 0], torch.tensor(lengths, dtype=torch.float64)
+        metrics = self._metrics("val/", torch.ones(len(records), dtype=torch.bool), greedy, length, sampled)
+        sources = [r.get(SOURCE_COLUMN) for r in records]
+        for source in dict.fromkeys(s for s in sources if s is not None):
+            rows = torch.tensor([s == source for s in sources])
+            metrics.update(self._metrics(f"val/{source}/", rows, greedy, length, sampled))
+        return metrics
+
+    def _metrics(self, prefix: str, rows, greedy, lengths, sampled) -> dict[str, float]:
+        """accuracy, score, mean_length and pass@k of the records ``rows`` selects."""
         metrics = {
-            "val/accuracy": float(correct.float().mean()),
-            "val/score": float(scores.mean()),
-            "val/mean_length": sum(lengths) / max(len(lengths), 1),
+            f"{prefix}accuracy": float((greedy[rows] >= CORRECT).float().mean()),
+            f"{prefix}score": float(greedy[rows].mean()),
+            f"{prefix}mean_length": float(lengths[rows].mean()),
         }
-        if self.pass_k > 0:
-            sampled, _, _ = self._scores(records, self.pass_k, self.sampled, step, rank)
-            metrics[f"val/pass@{self.pass_k}"] = float((sampled >= CORRECT).any(dim=1).float().mean())
+        if sampled is not None:
+            metrics[f"{prefix}pass@{self.pass_k}"] = float((sampled[rows] >= CORRECT).any(dim=1).float().mean())
         return metrics

@@ -12,6 +12,7 @@ import lightning as L
 
 from grpo_lightning.algorithm import tied_groups
 from grpo_lightning.guards import NonFiniteCounters
+from grpo_lightning.rewards.routing import source_reward_metrics
 from grpo_lightning.step import RolloutBatch, StepResult
 
 # The step metrics also given to Lightning's ``self.log`` (trainer.callback_metrics, for
@@ -61,6 +62,7 @@ def step_metrics(
         metrics["kl/mean"] = last.token_mean("kl_sum")
     for name, values in rollout.reward_components.items():
         metrics[f"reward/{name}/mean"] = float(values.nanmean())  # NaN: the function skipped the sample
+    metrics.update(source_reward_metrics(rollout.sources, rollout.rewards, rollout.reward_components))  # task=mixed
     return metrics
 
 

@@ -122,6 +122,7 @@ class RolloutBatch:
     engine_logprobs: torch.Tensor | None = None  # [N, C] float32, from the engine
     prompts: list[str] = field(default_factory=list)  # [N] texts
     completions: list[str] = field(default_factory=list)  # [N] texts
+    sources: list[str] = field(default_factory=list)  # [N] each row's data_source (task=mixed); empty: one source
     timing: dict[str, float] = field(default_factory=dict)  # rollout/* seconds and tokens/s, logged by the module
     weight_version: int | None = None  # the oldest weight version that sampled the batch (engines with own weights)
     loss_mask: torch.Tensor | None = None  # [N, C] long; None: the completion_mask (every real token was sampled)

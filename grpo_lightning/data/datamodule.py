@@ -6,6 +6,7 @@ import lightning as L
 from torch.utils.data import DataLoader
 
 from grpo_lightning.data.lookahead import LookaheadLoader
+from grpo_lightning.data.mixture import MixtureSampler, source_batches, source_of
 from grpo_lightning.data.resumable import ResumableLoader
 from grpo_lightning.data.sampler import PromptSampler
 from grpo_lightning.errors import ConfigError
@@ -37,6 +38,7 @@ class PromptDataModule(L.LightningDataModule):
         num_batches: int | None = None,
         lookahead: int = 0,
         val_batch_size: int | None = None,
+        source_weights: dict[str, float] | None = None,
     ):
         super().__init__()
         missing = [i for i, r in enumerate(train_records) if "prompt" not in r]
@@ -54,19 +56,18 @@ class PromptDataModule(L.LightningDataModule):
         self.num_batches = num_batches
         self.lookahead = lookahead
         self.val_batch_size = val_batch_size or prompts_per_step
+        self.source_weights = source_weights
 
     def train_dataloader(self) -> ResumableLoader:
         trainer = self.trainer  # None outside a Trainer (e.g. in a notebook or a unit test)
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         per_rank = self.num_batches or len(self.train_records) // (self.prompts_per_step * world)
-        sampler = PromptSampler(
-            len(self.train_records),
-            per_rank * self.prompts_per_step,
-            seed=self.seed,
-            rank=rank,
-            world_size=world,
-            batch_size=self.prompts_per_step,
-        )
+        shape = dict(seed=self.seed, rank=rank, world_size=world, batch_size=self.prompts_per_step)
+        if self.source_weights:
+            sources = [source_of(r) for r in self.train_records]
+            sampler = MixtureSampler(sources, self.source_weights, per_rank * self.prompts_per_step, **shape)
+        else:
+            sampler = PromptSampler(len(self.train_records), per_rank * self.prompts_per_step, **shape)
         loader = DataLoader(
             self.train_records,
             batch_size=self.prompts_per_step,
@@ -82,4 +83,7 @@ class PromptDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         """The held-out records in order (no shuffling: every evaluation sees the same prompts)."""
+        if any(source_of(r) is not None for r in self.val_records):  # one source per batch
+            batches = source_batches(self.val_records, self.val_batch_size)
+            return DataLoader(batches, batch_size=None, shuffle=False, collate_fn=_as_list)
         return DataLoader(self.val_records, batch_size=self.val_batch_size, shuffle=False, collate_fn=_as_list)

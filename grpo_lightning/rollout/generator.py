@@ -190,6 +190,7 @@ class RolloutGenerator:
             engine_logprobs=logprobs,
             prompts=prompts,
             completions=texts,
+            sources=[str(s) for s in fields["data_source"]] if "data_source" in fields else [],
             timing=timing,
             weight_version=min(versions) if versions else None,
             **RolloutBatch.pad_token_fields(completions),

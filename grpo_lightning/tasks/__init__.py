@@ -12,11 +12,12 @@ given in ``plugins=[my_task.py]``. :data:`TASKS` is defined in the config layer 
 """
 
 from grpo_lightning.config.task import TASKS, TaskConfig
-from grpo_lightning.tasks import arithmetic, dataset, gsm, reasoning_gym  # noqa: F401  (register the tasks)
+from grpo_lightning.tasks import arithmetic, dataset, gsm, mixed, reasoning_gym  # noqa: F401  (register the tasks)
 from grpo_lightning.tasks.arithmetic import ArithmeticTaskConfig, arithmetic_records
 from grpo_lightning.tasks.base import checked, split, task_records
 from grpo_lightning.tasks.dataset import DatasetTaskConfig
 from grpo_lightning.tasks.gsm import GsmTaskConfig
+from grpo_lightning.tasks.mixed import MixedTaskConfig, source_weights, task_scorer
 from grpo_lightning.tasks.reasoning_gym import ReasoningGymTaskConfig
 
 __all__ = [
@@ -24,10 +25,13 @@ __all__ = [
     "ArithmeticTaskConfig",
     "DatasetTaskConfig",
     "GsmTaskConfig",
+    "MixedTaskConfig",
     "ReasoningGymTaskConfig",
     "TaskConfig",
     "arithmetic_records",
     "checked",
+    "source_weights",
     "split",
+    "task_scorer",
     "task_records",
 ]
