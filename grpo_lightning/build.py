@@ -20,8 +20,8 @@ from grpo_lightning.callbacks import CompletionsTable, HealthMonitor, TrainingSu
 from grpo_lightning.checkpointing import RunCheckpoints, fit_refusing_code, resume_path
 from grpo_lightning.config import TrainConfig, checkpointing_mode, validate_config
 from grpo_lightning.data import PromptDataModule
-from grpo_lightning.data.mixture import head_per_source
 from grpo_lightning.data.files import max_prompt_tokens, prompt_check
+from grpo_lightning.data.mixture import head_per_source
 from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.allocator import apply_huge_pages, huge_pages_report, release_freed_memory
