@@ -19,6 +19,7 @@ import torch
 
 from grpo_lightning.data.mixture import SOURCE_COLUMN
 from grpo_lightning.errors import RewardError
+from grpo_lightning.rewards.registry import get_reward
 from grpo_lightning.rewards.scorer import RewardScorer, WeightedReward
 
 CORRECTNESS = "source_correctness"  # the component holding each sample's own source's correctness
@@ -50,7 +51,12 @@ class SourceRouter:
         judged = {s: name for s, name in self.correctness.items() if name is not None}
         if not judged:
             raise ValueError("no source names a correctness_reward: there is nothing to evaluate")
-        return SourceRouter({s: RewardScorer.from_names({name: 1.0}) for s, name in judged.items()}, judged)
+        return SourceRouter({s: self._judge(s, name) for s, name in judged.items()}, judged)
+
+    def _judge(self, source: str, name: str) -> RewardScorer:
+        """The source's own function when it is one of its rewards (its timeout kept), else the registered one."""
+        fn = next((r.fn for r in self.sources[source].rewards if r.name == name), None)
+        return RewardScorer([WeightedReward(name, fn or get_reward(name))])
 
     def __call__(
         self, prompts: list, completions: list, sample_fields: dict[str, list], **extra: Any
@@ -64,7 +70,8 @@ class SourceRouter:
                 f"name each row's source in task.sources (task=mixed)"
             )
         total = torch.zeros(n, dtype=torch.float32)
-        components: dict[str, torch.Tensor] = {}
+        # Every function's component in every batch (NaN where it scored nothing): stable keys for the loggers.
+        components = {reward.name: torch.full((n,), math.nan) for reward in self.rewards}
         correct = torch.full((n,), math.nan)
         for source, scorer in self.sources.items():
             rows = [i for i, s in enumerate(labels) if s == source]
@@ -80,7 +87,7 @@ class SourceRouter:
             index = torch.tensor(rows)
             total[index] = share_total
             for name, values in parts.items():
-                components.setdefault(name, torch.full((n,), math.nan))[index] = values
+                components[name][index] = values
             judge = self.correctness.get(source)
             if judge is not None and judge in parts:
                 correct[index] = parts[judge]
