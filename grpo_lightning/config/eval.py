@@ -22,6 +22,10 @@ class EvalConfig(Schema):
     pass_k: int = option(
         0, "Also sample k completions per prompt (rollout temperature) and log val/pass@k; 0 only decodes greedily."
     )
+    checkpoint: Optional[str] = option(
+        None,
+        "grpo-lightning-eval only: the policy to evaluate, an hf/final folder, a .ckpt file or a run's output folder.",
+    )
 
     def check_fields(self, p: str) -> list[str]:
         problems: list[str] = []

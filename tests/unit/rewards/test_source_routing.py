@@ -75,7 +75,10 @@ def test_the_evaluators_router_scores_only_each_sources_correctness():
 
 def test_source_metrics_average_each_source_apart():
     rewards = torch.tensor([1.0, 3.0, 10.0, 20.0])
-    components = {"exact": torch.tensor([1.0, 0.0, math.nan, math.nan]), "length": torch.tensor([math.nan] * 2 + [4, 6])}
+    components = {
+        "exact": torch.tensor([1.0, 0.0, math.nan, math.nan]),
+        "length": torch.tensor([math.nan] * 2 + [4, 6]),
+    }
     metrics = source_reward_metrics(["a", "a", "b", "b"], rewards, components)
     assert metrics["reward/a/mean"] == 2.0 and metrics["reward/b/mean"] == 15.0
     assert metrics["reward/a/exact/mean"] == 0.5 and metrics["reward/b/length/mean"] == 5.0

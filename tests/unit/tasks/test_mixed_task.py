@@ -12,8 +12,14 @@ from grpo_lightning.tasks import MixedTaskConfig, source_weights, task_records, 
 
 def sources(**extra) -> dict:
     return {
-        "sums": {"name": "reasoning_gym", "size": 20, "rewards": {"reasoning_gym": 1.0}, "weight": 3,
-                 "correctness_reward": "reasoning_gym", "instruction": "Use <answer> tags."},
+        "sums": {
+            "name": "reasoning_gym",
+            "size": 20,
+            "rewards": {"reasoning_gym": 1.0},
+            "weight": 3,
+            "correctness_reward": "reasoning_gym",
+            "instruction": "Use <answer> tags.",
+        },
         "small": {"name": "arithmetic", "max_operand": 4, "rewards": {"arithmetic_close": 1.0}, **extra},
     }
 
