@@ -16,6 +16,8 @@ import zipfile
 from dataclasses import replace
 from pathlib import Path
 
+import torch
+
 from grpo_lightning.checkpointing import checkpoints_in
 from grpo_lightning.cli_errors import run_cli
 from grpo_lightning.config import TrainConfig
@@ -50,8 +52,6 @@ def resolve(path: str | None) -> tuple[str, Path]:
 
 def load_checkpoint_weights(policy, file: Path) -> None:
     """The policy's weights from a Lightning checkpoint, read as plain data (``weights_only``)."""
-    import torch
-
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)["state_dict"]
     except Exception as err:  # a truncated, foreign or unsafe file

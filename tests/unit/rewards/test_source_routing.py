@@ -18,7 +18,7 @@ def length(prompts, completions, **_):
 
 
 def exact(prompts, completions, answer, **_):
-    return [float(c == a) for c, a in zip(completions, answer)]
+    return [float(c == a) for c, a in zip(completions, answer, strict=True)]
 
 
 def router() -> SourceRouter:
