@@ -61,6 +61,7 @@ def step_metrics(
         metrics["kl/mean"] = last.token_mean("kl_sum")
     for name, values in rollout.reward_components.items():
         metrics[f"reward/{name}/mean"] = float(values.nanmean())  # NaN: the function skipped the sample
+    metrics.update(rollout.reward_metrics)  # log_metric of the reward functions (TRL), as reward/<name>
     return metrics
 
 

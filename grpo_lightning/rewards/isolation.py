@@ -19,6 +19,7 @@ from typing import Any
 
 from grpo_lightning.errors import RewardError
 
+LOG_CALLBACKS = ("log_extra", "log_metric")  # cannot cross the process boundary: recorded there, replayed here
 STARTUP_LIMIT_S = 300.0  # importing the function's module (torch included) is not the call's time
 
 
@@ -63,14 +64,17 @@ def _serve(conn, address: tuple[str, str | None, str]) -> None:
     conn.send(("ready", "", ""))
     while True:
         try:
-            args, kwargs = conn.recv()
+            args, kwargs, callbacks = conn.recv()
         except EOFError:
             return
+        logged: list[tuple[str, tuple]] = []  # log_metric / log_extra calls, replayed by the parent
+        for callback in callbacks:
+            kwargs[callback] = lambda *a, _name=callback, _to=logged: _to.append((_name, a))
         try:
             value = fn(*args, **kwargs)
             if inspect.isawaitable(value):
                 value = asyncio.run(value)
-            conn.send(("ok", value, ""))
+            conn.send(("ok", value, logged))
         except BaseException as err:  # noqa: BLE001  (SystemExit too: the parent stops the run, naming it)
             conn.send(("raised", type(err).__name__, str(err)))
 
@@ -131,10 +135,13 @@ class IsolatedReward:
     def __call__(self, *args, **kwargs) -> Any:
         if self._process is None or not self._process.is_alive():
             self._start()
-        self._conn.send((args, kwargs))
+        callbacks = {name: kwargs.pop(name) for name in LOG_CALLBACKS if name in kwargs}
+        self._conn.send((args, kwargs, list(callbacks)))
         status, value, message = self._receive(self.timeout_s, "scoring")
         if status == "raised":
             raise RewardCallFailed(value, message)
+        for name, arguments in message:  # what the function logged in the worker
+            callbacks[name](*arguments)
         return value
 
     def close(self) -> None:
