@@ -94,9 +94,10 @@ class RewardCallFailed(Exception):
 class IsolatedReward:
     """``fn`` called in a killable worker process, at most ``timeout_s`` seconds a call."""
 
-    def __init__(self, name: str, fn, timeout_s: float):
+    def __init__(self, name: str, fn, timeout_s: float, address: tuple[str, str | None, str] | None = None):
+        """``address``: (module, file, attribute) to import ``fn`` by, when its own name does not lead to it."""
         self.name, self.timeout_s = name, float(timeout_s)
-        self.address = function_address(name, fn)
+        self.address = address or function_address(name, fn)
         self.__wrapped__ = fn  # inspect.signature: the keyword arguments fn takes
         self._process = self._conn = None
 

@@ -104,6 +104,16 @@ def not_found_message(name: str, modules: Sequence[str], field: str) -> str:
     )
 
 
+def module_address(name: str, fn: Callable, modules: Sequence[str] = ()) -> tuple[str, str | None, str] | None:
+    """(module, its file, attribute) where a worker process can import ``fn`` as the top-level
+    ``name`` of a reward module (a factory's closure included); None when it is not one."""
+    for entry in modules:
+        module = _entry_module(entry, MODULES_FIELD)
+        if vars(module).get(name) is fn:
+            return module.__name__, getattr(module, "__file__", None), name
+    return None
+
+
 def reward_problem(name: str, modules: Sequence[str] = (), field: str | None = None) -> str | None:
     """None when ``name`` resolves, else the one-line problem."""
     try:

@@ -26,7 +26,7 @@ import torch
 from grpo_lightning.errors import RewardError
 from grpo_lightning.rewards.calling import PROVIDED, RewardState, call_reward, run_concurrently, signature_of
 from grpo_lightning.rewards.isolation import IsolatedReward, RewardWorkerError
-from grpo_lightning.rewards.lookup import find_reward
+from grpo_lightning.rewards.lookup import find_reward, module_address
 from grpo_lightning.rewards.registry import RewardFn
 from grpo_lightning.rewards.reward_logs import RewardLogs
 from grpo_lightning.rewards.values import reward_values
@@ -94,7 +94,9 @@ class RewardScorer:
         process, at most that long a call."""
         fns = {name: (functions or {}).get(name) or find_reward(name, modules) for name in weights}
         if timeout_s is not None:
-            fns = {name: IsolatedReward(name, fn, timeout_s) for name, fn in fns.items()}
+            fns = {
+                name: IsolatedReward(name, fn, timeout_s, module_address(name, fn, modules)) for name, fn in fns.items()
+            }
         return cls([WeightedReward(name, fns[name], float(w)) for name, w in weights.items()], modules)
 
     def __call__(

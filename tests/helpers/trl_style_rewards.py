@@ -85,6 +85,7 @@ def get_soft_overlong_punishment(max_completion_len, soft_punish_cache):
     """A factory, as TRL's ``get_soft_overlong_punishment``: the reward is the closure it returns."""
 
     def soft_overlong_punishment(completion_ids, **kwargs):
+        kwargs["log_metric"]("overlong_calls", 1.0)
         return [overlong_penalty_value(len(ids), max_completion_len, soft_punish_cache) for ids in completion_ids]
 
     return soft_overlong_punishment

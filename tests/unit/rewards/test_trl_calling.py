@@ -181,3 +181,16 @@ def test_required_columns_of_trl_signatures_are_checked_against_the_data():
 def test_repeat_columns_keeps_each_value_with_its_record():
     records = [{"prompt": "a", "x": 1}, {"prompt": "b", "y": 2}]
     assert repeat_columns(records, 2) == {"x": [1, 1, None, None], "y": [None, None, 2, 2]}
+
+
+@pytest.mark.slow
+def test_under_a_time_limit_a_factory_built_reward_runs_in_the_worker_and_its_logs_come_back():
+    """A closure has no importable name of its own; the worker finds it as the file's attribute."""
+    s = RewardScorer.from_names({"overlong": 1.0}, timeout_s=120, modules=[TRL_FILE])
+    try:
+        _, parts = score(s, completions=("7", "1234", "11", "x"))
+        assert parts["overlong"].tolist() == [0.0, -1.0, 0.0, 0.0]  # 4 tokens: the whole budget
+        assert s.last_logs.metrics == {"reward/overlong_calls": 1.0}  # log_metric, replayed from the worker
+    finally:
+        for reward in s.rewards:
+            reward.fn.close()
