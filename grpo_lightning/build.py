@@ -191,7 +191,7 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
     rollout = generator_cls(
         engine=engine if engine is not None else build_engine_factory(cfg, tokenizer),
         tokenizer=tokenizer,
-        scorer=task_scorer(cfg.task),
+        scorer=task_scorer(cfg.task, cfg.plugin_entries()),
         num_generations=r.num_generations,
         sampling=Sampling.from_config(r),
         seed=cfg.trainer.seed,
@@ -207,6 +207,7 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
         weight_sync=WeightSync(v.sync_every, v.verify_sync, v.verify_tolerance),
         **extra,
     )
+    rollout.max_steps, rollout.num_train_prompts = cfg.trainer.max_steps, len(datamodule.train_records)
     if r.dynamic_sampling:
         rollout.dynamic = DynamicSampling(datamodule.train_records, r.max_sampling_rounds)
     module = GRPOModule(

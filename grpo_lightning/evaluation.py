@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from grpo_lightning.rewards import RewardScorer
+from grpo_lightning.rewards.columns import repeat_columns
 from grpo_lightning.rewards.routing import SOURCE_COLUMN, SourceRouter
 from grpo_lightning.rewards.scorer import as_reward_completions
 from grpo_lightning.rollout import GenerationRequest, Sampling
@@ -41,8 +42,13 @@ class Evaluator:
     ):
         self.rollout = rollout
         # A mixed run's sources each judge their own rows (``correctness_reward`` is then source_correctness).
-        routed = isinstance(rollout.scorer, SourceRouter)
-        self.scorer = rollout.scorer.for_correctness() if routed else RewardScorer.from_names({correctness_reward: 1.0})
+        if isinstance(rollout.scorer, SourceRouter):
+            self.scorer = rollout.scorer.for_correctness()
+        else:
+            training = {r.name: r.fn for r in rollout.scorer.rewards}  # the same function, looked up once
+            self.scorer = RewardScorer.from_names(
+                {correctness_reward: 1.0}, modules=rollout.scorer.modules, functions=training
+            )
         self.correctness_reward = correctness_reward
         # Greedy: the most likely token (top_k=1) at every step; pass@k samples as training does.
         self.greedy = Sampling(max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0, top_k=1)
@@ -59,7 +65,7 @@ class Evaluator:
         ]
         completions = self.rollout.engine.generate(requests, sampling)
         texts = self.rollout.tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
-        fields = {key: [r.get(key) for r in expanded] for key in records[0] if key != "prompt"}
+        fields = repeat_columns(records, per_record)
         prompts = [r["prompt"] for r in expanded]
         _, parts = self.scorer(prompts, as_reward_completions(prompts, texts), fields)
         lengths = [len(c.token_ids) for c in completions]

@@ -63,6 +63,7 @@ def step_metrics(
     for name, values in rollout.reward_components.items():
         metrics[f"reward/{name}/mean"] = float(values.nanmean())  # NaN: the function skipped the sample
     metrics.update(source_reward_metrics(rollout.sources, rollout.rewards, rollout.reward_components))  # task=mixed
+    metrics.update(rollout.reward_metrics)  # log_metric of the reward functions (TRL), as reward/<name>
     return metrics
 
 

@@ -139,6 +139,12 @@ def load_plugins(entries: list[str] | tuple[str, ...], field: str = "plugins") -
         raise PluginError("\n".join(problems))
 
 
+def plugin_module(entry: str, field: str = "plugins"):
+    """The module ``entry`` (a ``.py`` path or a dotted name) names, imported once as :func:`load_plugins` does."""
+    load_plugins([entry], field)
+    return _LOADED[entry]
+
+
 def _last_frame(err: BaseException) -> str:
     frames = traceback.extract_tb(err.__traceback__)
     return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""

@@ -129,6 +129,8 @@ class RolloutBatch:
     token_weight_versions: torch.Tensor | None = None  # [N, C] long, the version that sampled each token (-1: none)
     episode_ids: torch.Tensor | None = None  # [N] long; None: every row is an episode of its own
     turn_ids: torch.Tensor | None = None  # [N, C] long, each token's turn in its episode (-1 on padding)
+    reward_metrics: dict[str, float] = field(default_factory=dict)  # reward/<name>: what rewards gave log_metric
+    reward_extra: dict[str, list] = field(default_factory=dict)  # column -> [N]: what rewards gave log_extra
 
     def __post_init__(self) -> None:
         n = self.prompt_ids.shape[0]

@@ -1,6 +1,6 @@
 """Two-phase composition of the Hydra config groups (``grpo_lightning/conf``) onto :class:`TrainConfig`.
 
-Phase 1 reads ``plugins=[...]`` (and the deprecated ``task.reward_modules=[...]``) from the
+Phase 1 reads ``plugins=[...]`` (and ``task.reward_modules=[...]``, the TRL-style reward files) from the
 overrides and imports them, so whatever they register exists, and stores the schema with a node
 for each registered entry's options (:func:`store_schema`: ``algorithm.sapo``, ``health.<check>``);
 then it finds the chosen task
@@ -21,7 +21,6 @@ and :func:`finish` on what Hydra composed; :func:`compose` does both for Python 
 from __future__ import annotations
 
 import typing
-import warnings
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -62,8 +61,6 @@ def schema(task: str = DEFAULT_TASK) -> TrainConfig:
 
 SCHEMA = TrainConfig(task=TaskConfig(rewards={}))  # what Hydra composes onto; each task file adds its options
 ConfigStore.instance().store(name="train_schema", node=SCHEMA)
-
-REWARD_MODULES_DEPRECATED = "task.reward_modules is deprecated: use plugins=[...] (it is merged into plugins)"
 
 
 def schema_paths(node: Any, prefix: str = "") -> tuple[list[str], set[str]]:
@@ -302,8 +299,7 @@ def finish(cfg: DictConfig, deferred: list[Override] = ()) -> TrainConfig:
             f"task.name={name!r} was set where the composed task options are {task_cls.__name__}; "
             f"choose the task with task={name} instead"
         )
-    if cfg.task.reward_modules:
-        warnings.warn(REWARD_MODULES_DEPRECATED, FutureWarning, stacklevel=2)
+    if cfg.task.reward_modules:  # imported like plugins; their top-level functions are rewards by name
         with open_dict(cfg):
             cfg.plugins = list(dict.fromkeys([*cfg.plugins, *cfg.task.reward_modules]))
     return OmegaConf.to_object(cfg)

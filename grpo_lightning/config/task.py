@@ -68,7 +68,7 @@ class TaskConfig(Schema):
         0, "overlong_penalty: the penalty ramps over the last this many tokens of the budget; 0: a fifth of it."
     )
     reward_modules: list[str] = option(
-        [], "Deprecated alias of the top-level plugins=[...]: files or modules to import."
+        [], "Files or modules of reward functions: task.rewards names their top-level functions, plain or TRL-style."
     )
 
     def promoted(self) -> TaskConfig:

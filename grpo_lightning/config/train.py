@@ -119,7 +119,7 @@ class TrainConfig(Schema):
         return problems
 
     def plugin_entries(self) -> list[str]:
-        """``plugins`` plus the deprecated ``task.reward_modules``, each once, in order."""
+        """``plugins`` plus ``task.reward_modules``, each once, in order."""
         return list(dict.fromkeys([*self.plugins, *self.task.reward_modules]))
 
 
@@ -140,7 +140,7 @@ def register_config_check(check_fn: ConfigCheck) -> ConfigCheck:
 def validate_config(cfg: TrainConfig) -> None:
     """Raise :class:`ConfigError` listing every invalid field, before anything heavy runs.
 
-    Imports ``plugins`` (and the deprecated ``task.reward_modules``) first, so what they register
+    Imports ``plugins`` (and ``task.reward_modules``) first, so what they register
     can be named."""
     problems: list[str] = []
     for entries, field in ((cfg.plugins, "plugins"), (cfg.task.reward_modules, "task.reward_modules")):

@@ -1,4 +1,4 @@
-"""Reading the answer out of a completion: the ``<answer>...</answer>`` tag, or the last number.
+"""Reading the answer out of a completion: the ``<answer>...</answer>`` tag, ``\\boxed{}``, or the last number.
 
 Why lenient: a small instruction-tuned model often states the right number without the tag
 at first. Correctness rewards read the tag when there is one and otherwise the last number
@@ -25,9 +25,24 @@ def last_number(text: str) -> str | None:
     return found[-1] if found else None
 
 
+def boxed_answers(text: str) -> list[str]:
+    """Contents of every ``\\boxed{...}`` (braces inside balanced), stripped."""
+    found, start = [], 0
+    while (at := (text or "").find("\\boxed{", start)) >= 0:
+        depth, i = 1, at + len("\\boxed{")
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth:
+            break  # unclosed: no answer
+        found.append(text[at + len("\\boxed{") : i - 1].strip())
+        start = i
+    return found
+
+
 def extract_answer(completion: str) -> str | None:
-    """The last tagged answer if any tag is present, else the last number, else None."""
-    tagged = tagged_answers(completion)
+    """The last tagged answer if any tag is present, else the last ``\\boxed{}``, else the last number, else None."""
+    tagged = tagged_answers(completion) or boxed_answers(completion)
     if tagged:
         return tagged[-1]
     return last_number(completion)

@@ -7,34 +7,37 @@ batch, after the model loaded and generated. Its required parameters say what it
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from grpo_lightning.errors import DataError
-from grpo_lightning.rewards.registry import REWARD_FUNCTIONS
+from grpo_lightning.errors import DataError, UserError
+from grpo_lightning.rewards.calling import PROVIDED, signature_of
+from grpo_lightning.rewards.lookup import find_reward
 
-# What the rollout passes besides the record's columns (grpo_lightning/rollout/generator.py).
-PROVIDED = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "max_new_tokens"})
+
+def repeat_columns(records: list[dict], group_size: int) -> dict[str, list]:
+    """Every column but ``prompt``, one value per completion: each record's value ``group_size``
+    times, record after record (the completions' order). A record without a column gives None."""
+    keys = list(dict.fromkeys(key for record in records for key in record if key != "prompt"))
+    return {key: [record.get(key) for record in records for _ in range(group_size)] for key in keys}
 
 
 def required_columns(fn) -> list[str]:
-    """The keyword parameters without a default that ``fn`` takes after ``prompts, completions``."""
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return []
-    named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    return [p.name for p in named[2:] if p.default is p.empty and p.name not in PROVIDED]
+    """The parameters without a default that ``fn`` needs from the data (not those the scorer passes)."""
+    sig = signature_of(fn)
+    return [] if sig is None else [name for name in sig.required if name not in PROVIDED]
 
 
-def check_reward_columns(rewards: Iterable[str], records: list[dict], source: str) -> None:
+def check_reward_columns(rewards: Iterable[str], records: list[dict], source: str, modules: Sequence[str] = ()) -> None:
     """DataError naming the reward, the column it needs and the columns ``source`` has."""
     if not records:
         return
     columns = sorted({key for record in records for key in record})
     for name in rewards:
-        fn = REWARD_FUNCTIONS.get(name)
-        missing = [c for c in required_columns(fn) if c not in columns] if fn is not None else []
+        try:
+            fn = find_reward(name, modules)
+        except UserError:  # reported by the config check
+            continue
+        missing = [c for c in required_columns(fn) if c not in columns]
         if missing:
             raise DataError(
                 f"reward {name!r} needs the column {missing[0]!r}, which {source} does not have (its columns: "

@@ -1,5 +1,6 @@
 """The config rules of rewards: every name in ``task.rewards`` and ``task.correctness_reward``
-is a registered reward function (closest match suggested), and every weight is finite.
+names a reward function (registered, a top-level callable of ``task.reward_modules`` / ``plugins``,
+or ``pkg.module:function``; closest match suggested), and every weight is finite.
 
 Registered with :func:`grpo_lightning.config.register_config_check` on import, so the schema
 layer stays free of imports from here.
@@ -10,16 +11,23 @@ from __future__ import annotations
 import math
 
 from grpo_lightning.config import TrainConfig, register_config_check
-from grpo_lightning.rewards.registry import REWARD_FUNCTIONS
+from grpo_lightning.errors import PluginError
+from grpo_lightning.registry import load_plugins
+from grpo_lightning.rewards.lookup import reward_problem
 
 
 @register_config_check
 def reward_name_problems(cfg: TrainConfig) -> list[str]:
-    """Unknown reward names in ``task.rewards`` and ``task.correctness_reward``."""
+    """Names in ``task.rewards`` and ``task.correctness_reward`` that name no reward function."""
+    modules = cfg.plugin_entries()
+    try:
+        load_plugins(modules)
+    except PluginError:
+        return []  # validate_config reports the file that failed; names in it cannot be checked
     named = [(f"task.rewards.{name}", name) for name in cfg.task.rewards]
     if cfg.task.correctness_reward is not None:
         named.append(("task.correctness_reward", cfg.task.correctness_reward))
-    return [problem for field, name in named if (problem := REWARD_FUNCTIONS.problem(name, field)) is not None]
+    return [problem for field, name in named if (problem := reward_problem(name, modules, field)) is not None]
 
 
 @register_config_check

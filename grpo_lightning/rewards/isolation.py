@@ -19,6 +19,7 @@ from typing import Any
 
 from grpo_lightning.errors import RewardError
 
+LOG_CALLBACKS = ("log_extra", "log_metric")  # cannot cross the process boundary: recorded there, replayed here
 STARTUP_LIMIT_S = 300.0  # importing the function's module (torch included) is not the call's time
 
 
@@ -63,14 +64,17 @@ def _serve(conn, address: tuple[str, str | None, str]) -> None:
     conn.send(("ready", "", ""))
     while True:
         try:
-            args, kwargs = conn.recv()
+            args, kwargs, callbacks = conn.recv()
         except EOFError:
             return
+        logged: list[tuple[str, tuple]] = []  # log_metric / log_extra calls, replayed by the parent
+        for callback in callbacks:
+            kwargs[callback] = lambda *a, _name=callback, _to=logged: _to.append((_name, a))
         try:
             value = fn(*args, **kwargs)
             if inspect.isawaitable(value):
                 value = asyncio.run(value)
-            conn.send(("ok", value, ""))
+            conn.send(("ok", value, logged))
         except BaseException as err:  # noqa: BLE001  (SystemExit too: the parent stops the run, naming it)
             conn.send(("raised", type(err).__name__, str(err)))
 
@@ -90,9 +94,10 @@ class RewardCallFailed(Exception):
 class IsolatedReward:
     """``fn`` called in a killable worker process, at most ``timeout_s`` seconds a call."""
 
-    def __init__(self, name: str, fn, timeout_s: float):
+    def __init__(self, name: str, fn, timeout_s: float, address: tuple[str, str | None, str] | None = None):
+        """``address``: (module, file, attribute) to import ``fn`` by, when its own name does not lead to it."""
         self.name, self.timeout_s = name, float(timeout_s)
-        self.address = function_address(name, fn)
+        self.address = address or function_address(name, fn)
         self.__wrapped__ = fn  # inspect.signature: the keyword arguments fn takes
         self._process = self._conn = None
 
@@ -131,10 +136,13 @@ class IsolatedReward:
     def __call__(self, *args, **kwargs) -> Any:
         if self._process is None or not self._process.is_alive():
             self._start()
-        self._conn.send((args, kwargs))
+        callbacks = {name: kwargs.pop(name) for name in LOG_CALLBACKS if name in kwargs}
+        self._conn.send((args, kwargs, list(callbacks)))
         status, value, message = self._receive(self.timeout_s, "scoring")
         if status == "raised":
             raise RewardCallFailed(value, message)
+        for name, arguments in message:  # what the function logged in the worker
+            callbacks[name](*arguments)
         return value
 
     def close(self) -> None:

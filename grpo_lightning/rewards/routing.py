@@ -13,13 +13,15 @@ sources that do not use its function, as for a function that returns None.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from grpo_lightning.data.mixture import SOURCE_COLUMN
 from grpo_lightning.errors import RewardError
-from grpo_lightning.rewards.registry import get_reward
+from grpo_lightning.rewards.lookup import find_reward
+from grpo_lightning.rewards.reward_logs import RewardLogs
 from grpo_lightning.rewards.scorer import RewardScorer, WeightedReward
 
 CORRECTNESS = "source_correctness"  # the component holding each sample's own source's correctness
@@ -30,11 +32,18 @@ class SourceRouter:
     means correct there (None: the source has none). The per-sample correctness of each
     sample's source is also returned as the component :data:`CORRECTNESS`."""
 
-    def __init__(self, sources: dict[str, RewardScorer], correctness: dict[str, str | None] | None = None):
+    def __init__(
+        self,
+        sources: dict[str, RewardScorer],
+        correctness: dict[str, str | None] | None = None,
+        modules: Sequence[str] = (),
+    ):
         if not sources:
             raise ValueError("a SourceRouter needs at least one source")
         self.sources = sources
         self.correctness = correctness or {}
+        self.modules = tuple(modules)  # where reward names are looked up (task.reward_modules, plugins)
+        self.last_logs = RewardLogs(0)  # what the sources' functions logged in the last batch, all rows
 
     @property
     def rewards(self) -> list[WeightedReward]:
@@ -51,12 +60,12 @@ class SourceRouter:
         judged = {s: name for s, name in self.correctness.items() if name is not None}
         if not judged:
             raise ValueError("no source names a correctness_reward: there is nothing to evaluate")
-        return SourceRouter({s: self._judge(s, name) for s, name in judged.items()}, judged)
+        return SourceRouter({s: self._judge(s, name) for s, name in judged.items()}, judged, self.modules)
 
     def _judge(self, source: str, name: str) -> RewardScorer:
         """The source's own function when it is one of its rewards (its timeout kept), else the registered one."""
         fn = next((r.fn for r in self.sources[source].rewards if r.name == name), None)
-        return RewardScorer([WeightedReward(name, fn or get_reward(name))])
+        return RewardScorer([WeightedReward(name, fn or find_reward(name, self.modules))], self.modules)
 
     def __call__(
         self, prompts: list, completions: list, sample_fields: dict[str, list], **extra: Any
@@ -73,6 +82,7 @@ class SourceRouter:
         # Every function's component in every batch (NaN where it scored nothing): stable keys for the loggers.
         components = {reward.name: torch.full((n,), math.nan) for reward in self.rewards}
         correct = torch.full((n,), math.nan)
+        self.last_logs = RewardLogs(n)
         for source, scorer in self.sources.items():
             rows = [i for i, s in enumerate(labels) if s == source]
             if not rows:
@@ -88,6 +98,7 @@ class SourceRouter:
             total[index] = share_total
             for name, values in parts.items():
                 components[name][index] = values
+            self.last_logs.merge(scorer.last_logs, rows)
             judge = self.correctness.get(source)
             if judge is not None and judge in parts:
                 correct[index] = parts[judge]

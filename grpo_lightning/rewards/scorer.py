@@ -1,11 +1,15 @@
 """Score completions with several weighted reward functions, loudly on any misbehaviour.
 
-A reward function written for TRL's ``GRPOTrainer`` works unchanged once registered: it is
-called with ``prompts``, ``completions`` and, as keyword arguments, ``completion_ids``,
-``trainer_state`` and every other column of the dataset, but only those its signature
-takes (all of them if it takes ``**kwargs``). It may return ``None`` for a sample it does
-not apply to (the weighted sum skips it, as TRL's ``nansum`` does), and may be
+A reward function written for TRL's ``GRPOTrainer`` works unchanged, registered or not: it is
+called by keyword (:mod:`.calling`) with ``prompts``, ``completions``, ``completion_ids``,
+every other column of the dataset, ``trainer_state``, ``log_extra`` and ``log_metric``, but only
+those its signature takes (all of them if it takes ``**kwargs``). It may return ``None`` for a
+sample it does not apply to (the weighted sum skips it, as TRL's ``nansum`` does), and may be
 ``async def`` (the async functions of a batch run concurrently).
+
+A sample that *every* function returns None for is an error naming it: it has no reward, so it
+would only bias its group (TRL warns and gives it no advantage); it usually means a kind of row
+that no reward covers.
 """
 
 from __future__ import annotations
@@ -20,17 +24,15 @@ from typing import Any
 import torch
 
 from grpo_lightning.errors import RewardError
+from grpo_lightning.rewards.calling import PROVIDED, RewardState, call_reward, run_concurrently, signature_of
 from grpo_lightning.rewards.isolation import IsolatedReward, RewardWorkerError
-from grpo_lightning.rewards.registry import RewardFn, get_reward
+from grpo_lightning.rewards.lookup import find_reward, module_address
+from grpo_lightning.rewards.registry import RewardFn
+from grpo_lightning.rewards.reward_logs import RewardLogs
 from grpo_lightning.rewards.values import reward_values
 from grpo_lightning.runtime.stop_signals import StoppedAtOnce
 
-
-@dataclass(frozen=True)
-class RewardState:
-    """What reward functions get as ``trainer_state`` (TRL passes its TrainerState): the step."""
-
-    global_step: int
+__all__ = ["RewardFunctionError", "RewardScorer", "RewardState", "WeightedReward", "as_reward_completions"]
 
 
 def as_reward_completions(prompts: list, texts: list[str]) -> list:
@@ -53,14 +55,10 @@ class WeightedReward:
 
     def accepted(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         """The keyword arguments ``fn`` takes (every one if it has ``**kwargs``)."""
-        try:
-            params = inspect.signature(self.fn).parameters.values()
-        except (TypeError, ValueError):
+        sig = signature_of(self.fn)
+        if sig is None or sig.takes_any:
             return kwargs
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-            return kwargs
-        names = {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
-        return {k: v for k, v in kwargs.items() if k in names}
+        return {k: v for k, v in kwargs.items() if k in sig.names}
 
 
 def _short(prompt: Any) -> str:
@@ -72,27 +70,48 @@ class RewardScorer:
     """Total reward = sum of weight x reward over the functions that apply to each sample;
     each component is kept for logging (NaN where a function returned None)."""
 
-    def __init__(self, rewards: Sequence[WeightedReward]):
+    def __init__(self, rewards: Sequence[WeightedReward], modules: Sequence[str] = ()):
         if not rewards:
             raise ValueError("at least one reward function is needed (task.rewards is empty)")
         for reward in rewards:  # a NaN weight would silently drop its reward, an inf one tie every group
             if not math.isfinite(reward.weight):
                 raise RewardFunctionError(f"reward {reward.name!r} has weight {reward.weight}; a weight must be finite")
         self.rewards = list(rewards)
+        self.modules = tuple(modules)  # where names were looked up (the evaluator looks up its reward there too)
+        self.last_logs = RewardLogs(0)  # what the functions logged in the latest call (log_metric, log_extra)
 
     @classmethod
-    def from_names(cls, weights: dict[str, float], timeout_s: float | None = None) -> RewardScorer:
-        """``timeout_s``: run each function in a killable worker process, at most that long a call."""
-        fns = {name: get_reward(name) for name in weights}
+    def from_names(
+        cls,
+        weights: dict[str, float],
+        timeout_s: float | None = None,
+        modules: Sequence[str] = (),
+        functions: dict[str, RewardFn] | None = None,
+    ) -> RewardScorer:
+        """Each name's function: from ``functions`` (callables given in Python), else looked up
+        (:func:`~grpo_lightning.rewards.lookup.find_reward`: registered, a top-level callable of
+        ``modules``, or ``pkg.module:function``). ``timeout_s``: each runs in a killable worker
+        process, at most that long a call."""
+        fns = {name: (functions or {}).get(name) or find_reward(name, modules) for name in weights}
         if timeout_s is not None:
-            fns = {name: IsolatedReward(name, fn, timeout_s) for name, fn in fns.items()}
-        return cls([WeightedReward(name, fns[name], float(w)) for name, w in weights.items()])
+            fns = {
+                name: IsolatedReward(name, fn, timeout_s, module_address(name, fn, modules)) for name, fn in fns.items()
+            }
+        return cls([WeightedReward(name, fns[name], float(w)) for name, w in weights.items()], modules)
 
     def __call__(
         self, prompts: list, completions: list, sample_fields: dict[str, list], **extra: Any
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``extra``: ``completion_ids``, ``trainer_state`` (passed to the functions that take them)."""
-        kwargs = {**sample_fields, **extra}
+        """``extra``: ``completion_ids``, ``trainer_state`` (passed to the functions that take them);
+        what the functions log with ``log_metric`` / ``log_extra`` is in :attr:`last_logs` afterwards."""
+        clash = sorted(set(sample_fields) & (PROVIDED - {"max_new_tokens"}))
+        if clash:
+            raise RewardFunctionError(
+                f"the data has a column named {clash[0]!r}, which reward functions receive as an argument of "
+                f"their own (TRL's convention); rename the column"
+            )
+        self.last_logs = RewardLogs(len(prompts))
+        kwargs = {**sample_fields, **extra, **self.last_logs.callbacks()}
         raw = self._call_all(prompts, completions, kwargs)
         components = {r.name: self._validated(r.name, raw[r.name], prompts) for r in self.rewards}
         weighted = torch.stack([r.weight * components[r.name] for r in self.rewards])
@@ -133,7 +152,7 @@ class RewardScorer:
         pending = {}
         for reward in self.rewards:
             try:
-                value = reward.fn(prompts, completions, **reward.accepted(kwargs))
+                value = call_reward(reward.fn, prompts, completions, kwargs)
             except (RewardWorkerError, StoppedAtOnce):  # named already / the run's own second-signal stop
                 raise
             except (Exception, SystemExit) as err:  # sys.exit() in a reward must not end the run unsaved
@@ -143,15 +162,10 @@ class RewardScorer:
             else:
                 out[reward.name] = value
         if pending:
-            try:
-                results = asyncio.run(_gather(list(pending.values())))
-            except StoppedAtOnce:
-                raise
-            except SystemExit as err:  # asyncio re-raises it rather than return it
-                raise self._raised(" or ".join(pending), err, prompts) from err
+            results = run_concurrently(list(pending.values()))
             for name, result in zip(pending, results):
-                if isinstance(result, (KeyboardInterrupt, asyncio.CancelledError)):  # Ctrl-C, cancellation
-                    raise result
+                if isinstance(result, (KeyboardInterrupt, asyncio.CancelledError, StoppedAtOnce)):
+                    raise result  # Ctrl-C, cancellation, the run's own second-signal stop
                 if isinstance(result, BaseException):
                     raise self._raised(name, result, prompts) from result
                 out[name] = result
@@ -178,7 +192,3 @@ class RewardScorer:
                 f"advantage of its group"
             )
         return torch.tensor([math.nan if m else v for v, m in zip(values, missing)], dtype=torch.float32)
-
-
-async def _gather(awaitables: list) -> list:
-    return await asyncio.gather(*awaitables, return_exceptions=True)

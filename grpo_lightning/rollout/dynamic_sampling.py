@@ -27,6 +27,7 @@ the final batch), so reward functions should be deterministic.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Protocol
 
@@ -61,6 +62,11 @@ class Generates(Protocol):
     ) -> RolloutBatch: ...
 
 
+def prompt_key(prompt: str | list[dict]) -> str:
+    """A prompt as a set member: chat messages (TRL's conversational format) are lists, so as JSON."""
+    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
+
+
 class DynamicSampling:
     """Fills a generation batch with informative groups; see the module docstring."""
 
@@ -78,7 +84,7 @@ class DynamicSampling:
         """Round ``round_index``'s prompts: a seeded permutation of the pool, minus prompts used this step."""
         generator = torch.Generator().manual_seed(sample_seed(run_seed, rank, step, -round_index, -1))
         order = torch.randperm(len(self.pool), generator=generator).tolist()
-        fresh = [self.pool[i] for i in order if self.pool[i]["prompt"] not in used]
+        fresh = [self.pool[i] for i in order if prompt_key(self.pool[i]["prompt"]) not in used]
         if len(fresh) < count:  # a small pool: allow repeats rather than stop
             fresh += [self.pool[i] for i in order][: count - len(fresh)]
         return fresh[:count]
@@ -88,7 +94,7 @@ class DynamicSampling:
         size, wanted = generator.num_generations, len(records)
         informative: list[tuple[dict, list, list]] = []  # (record, requests, completions) per group
         tied: list[tuple[dict, list, list]] = []
-        used = {r["prompt"] for r in records}
+        used = {prompt_key(r["prompt"]) for r in records}
         batch_records, rounds, generated, first_frac = records, 0, 0, 0.0
         while True:
             requests = generator.build_requests(batch_records, step, rank, first_prompt=generated)
@@ -105,7 +111,7 @@ class DynamicSampling:
             if len(informative) >= wanted or rounds >= self.max_rounds:
                 break
             batch_records = self.extra_prompts(generator.seed, rank, step, rounds, wanted, used)
-            used.update(r["prompt"] for r in batch_records)
+            used.update(prompt_key(r["prompt"]) for r in batch_records)
         found = min(len(informative), wanted)
         chosen = informative[:wanted] + tied[: wanted - found]
         batch = generator.assemble(

@@ -14,12 +14,14 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
+import torch.distributed as dist
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from grpo_lightning.data.lookahead import current_records
 from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.rewards import RewardScorer
+from grpo_lightning.rewards.columns import repeat_columns
 from grpo_lightning.rewards.scorer import RewardState, as_reward_completions
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
@@ -82,6 +84,10 @@ class RolloutGenerator:
         # DAPO's dynamic sampling (rollout.dynamic_sampling): set by build_run; None generates the loader's prompts only.
         self.dynamic: DynamicSampling | None = None
         self._owns_engine = False  # built from the factory: this generator shuts it down
+        # What trainer_state tells reward functions: the run's max_steps and the training prompts
+        # (for the epoch), set by build_run; 0 where unknown.
+        self.max_steps = 0
+        self.num_train_prompts = 0
 
     # ----------------------------------------------------------------------- set-up
     def setup(self, policy: nn.Module) -> None:
@@ -157,14 +163,14 @@ class RolloutGenerator:
         completion_ids, completion_mask, finished, logprobs = RolloutBatch.pad_completions(completions, pad)
         texts = self.tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
         prompts = [record["prompt"] for record in expanded]
-        fields = {key: [record.get(key) for record in expanded] for key in records[0] if key != "prompt"}
+        fields = repeat_columns(records, self.num_generations)
         fields["max_new_tokens"] = [self.sampling.max_new_tokens] * len(completions)  # the budget (overlong_penalty)
         rewards, components = self.scorer(
             prompts,
             as_reward_completions(prompts, texts),
             fields,
             completion_ids=[list(c.token_ids) for c in completions],
-            trainer_state=RewardState(global_step=step),
+            trainer_state=self.reward_state(step, len(records)),
         )
         if prompts and not isinstance(prompts[0], str):  # chat messages: the batch keeps their text
             prompts = [self.tokenizer.decode(r.prompt_ids) for r in requests]
@@ -176,6 +182,8 @@ class RolloutGenerator:
             "rollout/reward_seconds": time.perf_counter() - start,
         }
         return RolloutBatch(
+            reward_metrics=self.scorer.last_logs.metrics,
+            reward_extra=self.scorer.last_logs.extra,
             prompt_ids=prompt_ids,
             prompt_mask=prompt_mask,
             completion_ids=completion_ids,
@@ -195,6 +203,12 @@ class RolloutGenerator:
             weight_version=min(versions) if versions else None,
             **RolloutBatch.pad_token_fields(completions),
         )
+
+    def reward_state(self, step: int, prompts: int) -> RewardState:
+        """TRL's trainer_state for the batch of ``step``: the step, the passes over the training prompts, max_steps."""
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        epoch = step * prompts * world / self.num_train_prompts if self.num_train_prompts else 0.0
+        return RewardState(global_step=step, epoch=epoch, max_steps=self.max_steps)
 
     # ----------------------------------------------------------------------- weights
     def sync_weights(

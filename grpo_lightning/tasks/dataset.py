@@ -46,12 +46,12 @@ def dataset_records(task: DatasetTaskConfig, check: Check | None = None) -> tupl
     train = read_records(task.path, "task.path", task.prompt_column)
     if check is not None:
         check(train, task.path)
-    check_reward_columns(rewards, train, f"task.path={task.path!r}")
+    check_reward_columns(rewards, train, f"task.path={task.path!r}", task.reward_modules)
     if task.val_path:
         val = read_records(task.val_path, "task.val_path", task.prompt_column)
         if check is not None:
             check(val, task.val_path)
-        check_reward_columns(rewards, val, f"task.val_path={task.val_path!r}")
+        check_reward_columns(rewards, val, f"task.val_path={task.val_path!r}", task.reward_modules)
         return train, val
     order = list(range(len(train)))
     random.Random(task.seed).shuffle(order)

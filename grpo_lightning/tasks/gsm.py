@@ -9,7 +9,6 @@ without importing it.
 from __future__ import annotations
 
 import importlib.util
-import math
 import random
 import re
 import tomllib
@@ -18,7 +17,8 @@ from pathlib import Path
 
 from grpo_lightning.config.base import check, option
 from grpo_lightning.config.task import TASKS, TaskConfig, task_name
-from grpo_lightning.rewards.answers import extract_answer, parse_number
+from grpo_lightning.rewards.answers import extract_answer
+from grpo_lightning.rewards.math_answers import math_equal
 from grpo_lightning.rewards.registry import register_reward
 from grpo_lightning.tasks.base import Check, checked, split
 
@@ -76,9 +76,6 @@ def gsm(options: GsmTaskConfig, check: Check | None = None) -> tuple[list[dict],
 
 @register_reward("gsm_exact")
 def gsm_exact(prompts: list[str], completions: list[str], answer: list[str], **_) -> list[float]:
-    """1.0 when the extracted number equals the reference (``"1,200"`` and ``"1200.0"`` match 1200)."""
-    scores = []
-    for completion, target in zip(completions, answer):
-        guess, truth = parse_number(extract_answer(completion)), parse_number(str(target))
-        scores.append(float(guess is not None and truth is not None and math.isclose(guess, truth, abs_tol=1e-6)))
-    return scores
+    """1.0 when the extracted answer (tag, boxed, else the last number) equals the reference as
+    mathematics (math-verify: ``"1,200"``, ``"1200.0"`` and ``"\\frac{2400}{2}"`` match 1200)."""
+    return [float(math_equal(extract_answer(c), str(t))) for c, t in zip(completions, answer)]

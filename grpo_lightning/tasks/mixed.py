@@ -11,6 +11,7 @@ column ``data_source`` (its source's name), which routes it to its source's rewa
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Optional
 
@@ -19,6 +20,7 @@ from grpo_lightning.config.base import check, option
 from grpo_lightning.config.task import TASKS, TaskConfig, task_name
 from grpo_lightning.errors import RewardError
 from grpo_lightning.registry import closest
+from grpo_lightning.rewards.lookup import reward_problem
 from grpo_lightning.rewards.registry import REWARD_FUNCTIONS, register_reward
 from grpo_lightning.rewards.routing import CORRECTNESS, SOURCE_COLUMN, SourceRouter
 from grpo_lightning.rewards.scorer import RewardScorer
@@ -114,7 +116,8 @@ def source_reward_problems(cfg: TrainConfig) -> list[str]:
         named += [(f"task.sources.{source}.rewards.{name}", name) for name in options.rewards]
         if options.correctness_reward is not None:
             named.append((f"task.sources.{source}.correctness_reward", options.correctness_reward))
-    return [q for field, name in named if (q := REWARD_FUNCTIONS.problem(name, field)) is not None]
+    modules = cfg.plugin_entries()
+    return [q for field, name in named if (q := reward_problem(name, modules, field)) is not None]
 
 
 @TASKS.register("mixed", options=MixedTaskConfig)
@@ -136,14 +139,16 @@ def mixed_records(task: MixedTaskConfig, check: Check | None = None) -> tuple[li
     return train, val
 
 
-def task_scorer(task: TaskConfig) -> RewardScorer | SourceRouter:
-    """The run's scorer: ``task.rewards`` weighted, or per source for task=mixed."""
+def task_scorer(task: TaskConfig, modules: Sequence[str] = ()) -> RewardScorer | SourceRouter:
+    """The run's scorer: ``task.rewards`` weighted, or per source for task=mixed; ``modules``: the
+    files and modules whose top-level callables reward names may name (``task.reward_modules``, ``plugins``)."""
     if not isinstance(task, MixedTaskConfig):
-        return RewardScorer.from_names(task.rewards, task.reward_timeout_s)
+        return RewardScorer.from_names(task.rewards, task.reward_timeout_s, modules)
     sources = task.source_options()
     return SourceRouter(
-        {s: RewardScorer.from_names(o.rewards, task.reward_timeout_s) for s, o in sources.items()},
+        {s: RewardScorer.from_names(o.rewards, task.reward_timeout_s, modules) for s, o in sources.items()},
         {s: o.correctness_reward for s, o in sources.items()},
+        modules,
     )
 
 

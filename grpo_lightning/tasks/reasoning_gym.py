@@ -7,6 +7,7 @@ dataset's ``score_answer`` on it: the task's definition of correct, not ours.
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from grpo_lightning.config.base import check, option
 from grpo_lightning.config.task import TASKS, TaskConfig, task_name
 from grpo_lightning.errors import DataError
 from grpo_lightning.rewards.answers import extract_answer
+from grpo_lightning.rewards.math_answers import math_equal, plain_number
 from grpo_lightning.rewards.registry import register_reward
 from grpo_lightning.tasks.base import Check, checked, split
 
@@ -133,5 +135,18 @@ def score_answer(answer: str | None, entry: dict) -> float:
 
 @register_reward("reasoning_gym")
 def reasoning_gym_correct(prompts: list[str], completions: list[str], entry: list[dict], **_) -> list[float]:
-    """The dataset's own ``score_answer(extracted answer, entry)`` (1.0 for correct, partial credit where it gives any)."""
-    return [score_answer(extract_answer(c), e) for c, e in zip(completions, entry)]
+    """The dataset's own ``score_answer(extracted answer, entry)`` (1.0 for correct, partial credit where it
+    gives any); a numeric reference also accepts an equivalent form (math-verify: ``0.5`` for ``1/2``)."""
+    scores = []
+    for completion, e in zip(completions, entry):
+        guess = extract_answer(completion)
+        score = score_answer(guess, e)
+        if score < 1.0 and is_numeric(str(e["answer"])) and math_equal(guess, str(e["answer"])):
+            score = 1.0
+        scores.append(score)
+    return scores
+
+
+def is_numeric(answer: str) -> bool:
+    """A number or a fraction of two ("12", "-3.5", "3/4"): the answers math-verify may compare."""
+    return plain_number(answer) is not None or re.fullmatch(r"\s*-?\d+\s*/\s*\d+\s*", answer) is not None

@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -120,10 +121,12 @@ def test_plugins_import_a_file_whose_reward_can_then_be_named(tmp_path):
         compose([OUT, "plugins=[no_such_plugin_mod]"])
 
 
-def test_reward_modules_still_works_with_one_deprecation_line(tmp_path):
+def test_reward_modules_work_without_a_deprecation_line(tmp_path):
+    """task.reward_modules is TRL users' way in (issue 28): imported like plugins, and no longer deprecated."""
     plugin = tmp_path / "old_style_rewards_cmp.py"
     plugin.write_text(REWARD_PLUGIN.format(name="from_reward_modules_cmp"))
-    with pytest.warns(FutureWarning, match="task.reward_modules is deprecated: use plugins"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
         cfg, _ = compose([OUT, f"task.reward_modules=[{plugin}]", "task.rewards={from_reward_modules_cmp: 1.0}"])
     assert str(plugin) in cfg.plugins  # merged into plugins
     validate_config(cfg)

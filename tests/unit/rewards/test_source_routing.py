@@ -85,3 +85,21 @@ def test_source_metrics_average_each_source_apart():
     assert "reward/a/length/mean" not in metrics and "reward/b/exact/mean" not in metrics
     assert metrics["reward/a/share"] == 0.5
     assert source_reward_metrics([], rewards, components) == {}
+
+
+def test_what_each_sources_functions_log_reaches_the_router_row_by_row():
+    """TRL's log_metric / log_extra inside a mixed run: the router reports them for the whole batch
+    (the generator reads ``scorer.last_logs``), each extra value on the row that produced it."""
+
+    def tagged(completions, log_extra, log_metric, **_):
+        log_extra("seen", [f"a:{c}" for c in completions])
+        log_metric("calls", 1.0)
+        return [1.0] * len(completions)
+
+    routed = SourceRouter({"a": RewardScorer([WeightedReward("tagged", tagged)]), "b": router().sources["b"]})
+    sources = ["b", "a", "b", "a"]
+    completions = ["x", "y", "zz", "w"]
+    fields = {"data_source": sources, "answer": ["0"] * 4}
+    routed(["p"] * 4, completions, fields)
+    assert routed.last_logs.extra["seen"] == [None, "a:y", None, "a:w"]
+    assert routed.last_logs.metrics == {"reward/calls": 1.0}

@@ -1,0 +1,96 @@
+"""TRL-style reward functions, unchanged, train for 2 steps from the CLI and from Python (issue 28).
+
+The functions (tests/helpers/trl_style_rewards.py) are plain, undecorated, named in task.rewards
+through task.reward_modules, and assert inside that every column value belongs to its prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_lightning import train
+from grpo_lightning.build import build_run
+from grpo_lightning.config import RolloutConfig, TrainConfig, TrainerConfig
+from grpo_lightning.registry import plugin_module
+from grpo_lightning.tasks.dataset import DatasetTaskConfig
+
+pytestmark = pytest.mark.slow
+
+TRL_FILE = str(Path(__file__).resolve().parents[1] / "helpers" / "trl_style_rewards.py")
+WEIGHTS = {
+    "reward_len": 0.1,
+    "format_reward": 1.0,
+    "accuracy": 1.0,
+    "conversational_reward": 0.5,
+    "async_reward": 0.5,
+    "sometimes_none": 1.0,
+    "overlong": 1.0,
+}
+
+
+def write_data(folder: Path) -> Path:
+    pairs = [(3, 4), (1, 2), (5, 6), (2, 9), (7, 1), (4, 4)]
+    rows = [{"prompt": f"{a}+{b}=", "question": f"{a}+{b}=", "solution": str(a + b)} for a, b in pairs]
+    path = folder / "sums.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def calls() -> dict[str, int]:
+    return dict(plugin_module(TRL_FILE, "task.reward_modules").CALLS)
+
+
+def test_trl_style_rewards_train_from_the_cli(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    before = calls()
+    rewards = "{" + ", ".join(f"{k}: {v}" for k, v in WEIGHTS.items()) + "}"
+    args = [
+        "task=dataset",
+        f"task.path={write_data(tmp_path)}",
+        f"task.reward_modules=[{TRL_FILE}]",
+        f"task.rewards={rewards}",
+        "task.correctness_reward=accuracy",
+        "rollout.prompts_per_step=2",
+        "rollout.num_generations=4",
+        "rollout.max_new_tokens=4",
+        "rollout.dynamic_sampling=true",
+        "trainer.max_steps=2",
+        "eval.before_training=false",
+        "logger=none",
+        f"trainer.output_dir={tmp_path}/out",
+        f"hydra.run.dir={tmp_path}/run",
+    ]
+    monkeypatch.setattr(sys, "argv", ["grpo-lightning", *args])
+    train.cli()
+    out = capsys.readouterr().out
+    assert "final metrics" in out and "reward/accuracy/mean" in out
+    after = calls()
+    assert all(after.get(name, 0) >= before.get(name, 0) + 2 for name in WEIGHTS if name != "overlong"), after
+
+
+def test_trl_style_rewards_train_from_python(tmp_path):
+    before = calls()
+    cfg = TrainConfig(
+        task=DatasetTaskConfig(
+            path=str(write_data(tmp_path)),
+            reward_modules=[TRL_FILE],
+            rewards=dict(WEIGHTS),
+            correctness_reward="accuracy",
+            val_fraction=0.0,
+        ),
+        rollout=RolloutConfig(prompts_per_step=2, num_generations=4, max_new_tokens=4),
+        trainer=TrainerConfig(max_steps=2, output_dir=str(tmp_path / "out")),
+    )
+    cfg.logger.kind = "none"
+    cfg.eval.before_training = False
+    run = build_run(cfg)
+    run.trainer(cfg).fit(run.module, datamodule=run.datamodule)
+    metrics = run.module.last_metrics
+    assert {f"reward/{name}/mean" for name in WEIGHTS} <= set(metrics)
+    assert metrics["reward/accuracy_calls"] == 1.0  # log_metric from inside the reward
+    after = calls()
+    assert all(after.get(name, 0) >= before.get(name, 0) + 2 for name in WEIGHTS if name != "overlong"), after
