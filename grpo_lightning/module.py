@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -48,12 +49,13 @@ from grpo_lightning.algorithm.truncation import Truncation, replayed_truncation
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.guards import NonFiniteCounters, NonFiniteTrainingError
-from grpo_lightning.metrics import CALLBACK_METRICS, log_callback_metrics, step_metrics, write_metrics
+from grpo_lightning.metrics import CALLBACK_METRICS, StepTotals, log_callback_metrics, step_metrics, write_metrics
 from grpo_lightning.micro_batches import frozen_log_probs, micro_batches
 from grpo_lightning.models.auto_checkpointing import CheckpointingChoice, choose_checkpointing, set_checkpointing
 from grpo_lightning.models.forward import CompletionLogProbs
 from grpo_lightning.models.lora import AdapterDisabledReference, is_peft_model, reference_model
 from grpo_lightning.optim import adamw_can_fuse, build_optimizer
+from grpo_lightning.reductions import ValidationMeans
 from grpo_lightning.rollout.generator import RolloutGenerator
 from grpo_lightning.sharding import DATA_PARALLEL, shard_module
 from grpo_lightning.step import PassStats, RolloutBatch, StepContext, StepResult
@@ -121,6 +123,8 @@ class GRPOModule(L.LightningModule):
         self.counters = NonFiniteCounters()
         self.last_step: StepResult | None = None
         self.last_metrics: dict[str, float] = {}  # every metric of the last step (see _log_step)
+        self.totals = StepTotals()  # cross-rank step statistics (torchmetrics) and the run's num_tokens
+        self.val_means = ValidationMeans()  # val/* over ranks and batches (torchmetrics)
         self.save_hyperparameters({"algorithm": asdict(self.cfg)})
 
     def train(self, mode: bool = True) -> GRPOModule:
@@ -137,6 +141,7 @@ class GRPOModule(L.LightningModule):
         # and dropout silently do nothing. A rollout engine may also leave it so.
         if not self.policy.training:
             self.policy.train()
+        start, lr = time.perf_counter(), self.optimizers().param_groups[0]["lr"]  # the lr this step's update uses
         rollout = self.generate_rollout(batch)
         prepared = self.prepare(rollout)
         result = StepResult(advantages=prepared.advantages, rollout=rollout)
@@ -154,8 +159,10 @@ class GRPOModule(L.LightningModule):
             result.passes.append(stats)
             self._guarded_step(stats, result)
         self.last_step = result
-        lr = self.optimizers().param_groups[0]["lr"]
-        result.metrics = step_metrics(rollout, result, self.counters, lr, self.global_step, self.reference is not None)
+        with_kl, seconds = self.reference is not None, time.perf_counter() - start
+        result.metrics = step_metrics(
+            rollout, result, self.counters, lr, self.global_step, with_kl, self.totals, seconds
+        )
         self.last_metrics = result.metrics  # to the loggers after the weight sync (on_train_batch_end)
         log_callback_metrics(self, result.metrics, rollout.num_sequences)
 
@@ -386,7 +393,12 @@ class GRPOModule(L.LightningModule):
                 "to score held-out prompts; or turn validation off with Trainer(limit_val_batches=0)"
             )
         metrics = self.evaluator.evaluate(batch, step=self.global_step, rank=self.global_rank)
-        self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=len(batch), sync_dist=True)
+        self.val_means.update(metrics, len(batch), self.device)
+
+    def on_validation_epoch_end(self) -> None:
+        """The ``val/*`` means over every rank's prompts (torchmetrics' sync), logged once."""
+        if self.val_means.means:
+            self.log_dict(self.val_means.compute(), on_step=False, on_epoch=True)
 
     # ----------------------------------------------------------------------- optimizer
     def configure_optimizers(self):
@@ -396,11 +408,13 @@ class GRPOModule(L.LightningModule):
     # ----------------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["grpo_counters"] = asdict(self.counters)
+        checkpoint["grpo_totals"] = self.totals.state_dict()
         if hasattr(self.rollout, "state_dict"):  # async generation: the batches in flight
             checkpoint["grpo_rollout"] = self.rollout.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if "grpo_counters" in checkpoint:
             self.counters = NonFiniteCounters(**checkpoint["grpo_counters"])
+        self.totals.load_state_dict(checkpoint.get("grpo_totals", {}))
         if "grpo_rollout" in checkpoint and hasattr(self.rollout, "load_state_dict"):
             self.rollout.load_state_dict(checkpoint["grpo_rollout"])

@@ -3,7 +3,7 @@
 A cut completion rarely holds a complete, well-formed answer, so its reward is usually 0;
 when most are cut, the reward sits at zero and the run learns nothing. It is the most
 common cause of "reward stuck at zero" reports. The check averages the share of cut
-completions (``completions/clipped_frac``) over a window of steps and alerts above
+completions (``completions/clipped_ratio``) over a window of steps and alerts above
 ``max_clipped_frac``, with the rewards of cut and finished completions side by side.
 """
 
