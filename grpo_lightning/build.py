@@ -12,17 +12,19 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 from transformers import PreTrainedTokenizerBase
 
-from grpo_lightning.callbacks import CompletionsTable, HealthMonitor, TrainingSummary
-from grpo_lightning.checkpointing import RunCheckpoints, fit_refusing_code, resume_path
+from grpo_lightning.callbacks import CompletionsTable, HealthMonitor, RunProgress, RunReport, TrainingSummary
+from grpo_lightning.checkpointing import RunCheckpoints, checkpoints_in, fit_refusing_code, resume_path
 from grpo_lightning.config import TrainConfig, checkpointing_mode, validate_config
+from grpo_lightning.csv_resume import ResumableCSVLogger, csv_version
 from grpo_lightning.data import PromptDataModule
 from grpo_lightning.data.files import max_prompt_tokens, prompt_check
 from grpo_lightning.data.mixture import head_per_source
 from grpo_lightning.data.prompting import PromptFormatter
+from grpo_lightning.logging_setup import quiet_console
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.allocator import apply_huge_pages, huge_pages_report, release_freed_memory
 from grpo_lightning.models.compile import compile_training_models
@@ -59,6 +61,7 @@ class Run:
     health: HealthMonitor | None = None
     checkpoints: RunCheckpoints | None = None  # periodic checkpoints, hf/ export, SIGINT/SIGTERM
     lock: RunLock | None = None  # the output folder's lock (global rank 0), released when fit ends
+    report: RunReport | None = None  # report.png, summary.json, completions.jsonl in the output folder
 
     @property
     def rollout(self) -> RolloutGenerator:
@@ -143,7 +146,8 @@ def build_logger(cfg: TrainConfig, logged_config: dict | None = None) -> Logger 
     if kind == "none":
         return False
     if kind == "csv":
-        return CSVLogger(save_dir=str(out), name="csv")
+        resuming = cfg.trainer.resume is not None and bool(checkpoints_in(out))  # appends to the run's CSV
+        return ResumableCSVLogger(save_dir=str(out), name="csv", version=csv_version(out / "csv", resuming))
     offline = cfg.logger.offline
     if offline is None:
         offline = not os.environ.get("WANDB_API_KEY")
@@ -168,6 +172,7 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
     resolved Hydra config).
     """
     validate_config(cfg)
+    quiet_console(load_vllm=cfg.rollout.engine == "vllm")  # third-party notes nobody acts on (logging_setup.py)
     lock = lock_run_folder(cfg.trainer.output_dir)  # a second run in this folder fails here, at once
     apply_huge_pages(cfg.trainer.huge_pages)  # in time only if nothing allocated yet (allocator.py)
     if cfg.trainer.num_threads > 0:
@@ -221,7 +226,7 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
     )
     if cfg.model.compile:
         compile_training_models(module)
-    callbacks: list[L.Callback] = [TrainingSummary()]
+    callbacks: list[L.Callback] = [TrainingSummary(), RunProgress()]
     health = HealthMonitor(cfg.health) if cfg.health.enabled else None
     if health is not None:
         callbacks.append(health)
@@ -235,8 +240,10 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
         config=config_record(cfg),
         allow_changes=t.resume_allow_changes,
     )
-    callbacks.append(checkpoints)
+    lg = cfg.logger
+    report = RunReport(t.output_dir, lg.table_every_n_steps, lg.table_rows, health, checkpoints)
+    callbacks += [report, checkpoints]  # the report first: a checkpoint's report includes its step
     logger = build_logger(cfg, logged_config)
     if isinstance(logger, WandbLogger) and cfg.logger.table_every_n_steps > 0:
         callbacks.append(CompletionsTable(cfg.logger.table_every_n_steps, cfg.logger.table_rows))
-    return Run(module, datamodule, callbacks, logger, tokenizer, health, checkpoints, lock)
+    return Run(module, datamodule, callbacks, logger, tokenizer, health, checkpoints, lock, report)

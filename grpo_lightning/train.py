@@ -7,7 +7,6 @@ only after the allocator choice (torch reads it at its first CPU allocation).
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import hydra
@@ -16,10 +15,11 @@ from omegaconf import DictConfig, OmegaConf
 from grpo_lightning.cli_errors import end_on_error, run_cli
 from grpo_lightning.config import TrainConfig
 from grpo_lightning.config.compose import CONF_DIR, SCHEMA, finish, plan
+from grpo_lightning.logging_setup import HTTP_LOGGERS, quiet_http_logs
 from grpo_lightning.models.allocator import apply_huge_pages
 
 _SCHEMA = SCHEMA  # the schema Hydra composes onto (grpo_lightning/config/compose.py says why)
-__all__ = ["CONF_DIR", "cli", "main", "run", "to_train_config"]
+__all__ = ["CONF_DIR", "HTTP_LOGGERS", "cli", "main", "quiet_http_logs", "run", "to_train_config"]
 
 # Overrides held back from Hydra by phase 1 (dict assignments such as task.rewards={...}),
 # applied by to_train_config on what Hydra composed (grpo_lightning/config/compose.py).
@@ -73,19 +73,6 @@ def run(cfg: TrainConfig, logged_config: dict | None = None) -> dict[str, float]
     return {**built.module.last_metrics, **health, **logged}
 
 
-# Client libraries that log every HTTP request at INFO: a long run with a vLLM server would
-# write one line per request into the run's log. Quiet unless the user set their level
-# (hydra.job_logging.loggers.httpx.level=INFO).
-HTTP_LOGGERS = ("httpx", "httpcore", "urllib3", "huggingface_hub")
-
-
-def quiet_http_logs() -> None:
-    for name in HTTP_LOGGERS:
-        logger = logging.getLogger(name)
-        if logger.level == logging.NOTSET:
-            logger.setLevel(logging.WARNING)
-
-
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     quiet_http_logs()  # after Hydra configured logging (it may set these levels itself)
@@ -99,6 +86,16 @@ def main(cfg: DictConfig) -> None:
         raise
     shown = {k: round(v, 4) for k, v in metrics.items() if k.split("/")[0] in ("reward", "kl", "train", "val")}
     print(f"final metrics: {shown}")
+    print_outputs(train_cfg.trainer.output_dir)
+
+
+def print_outputs(output_dir: str) -> None:
+    """The last lines: where the report, summary, samples, model, checkpoint, metrics and log went."""
+    from grpo_lightning.callbacks.run_report import saved_outputs  # noqa: PLC0415  (lightning is loaded by now)
+
+    lines = saved_outputs(output_dir)
+    if lines:
+        print("outputs:\n" + "\n".join(lines))
 
 
 def cli() -> None:

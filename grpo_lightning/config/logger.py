@@ -15,9 +15,12 @@ class LoggerConfig(Schema):
     kind: str = option("wandb", f"Metrics logger, one of {LOGGERS}.")
     project: str = option("grpo_lightning", "wandb project name.")
     table_every_n_steps: int = option(
-        10, "wandb: log a table of sample completions (prompt, completion, rewards) every n steps; 0 turns it off."
+        10,
+        "Sample completions (prompt, completion, rewards) every n steps: a wandb table and completions.jsonl; 0: off.",
     )
-    table_rows: int = option(16, "wandb: rows of each completions table (the first groups of the batch).")
+    table_rows: int = option(
+        16, "Rows of each completions sample (the first groups of the batch), in wandb and completions.jsonl."
+    )
     run_name: Optional[str] = option(None, "wandb run name; null lets wandb pick.")
     offline: Optional[bool] = option(
         None, "Force wandb offline (true) or online (false); null: offline unless WANDB_API_KEY is set."

@@ -1,0 +1,42 @@
+"""``RunProgress``: one progress bar per run, with what a user watches: reward, KL, held-out
+accuracy, and the time left.
+
+Lightning's default bar shows ``v_num`` and opens a second bar for every held-out evaluation;
+here evaluations run without a bar of their own and their accuracy joins the training bar.
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
+
+# (metric, short name on the bar); val/accuracy comes from the last evaluation.
+SHOWN = (("reward/mean", "reward"), ("kl/mean", "kl"), ("val/accuracy", "acc"))
+
+
+class RunProgress(TQDMProgressBar):
+    # tqdm's "[elapsed<remaining, rate]" is the time left (ETA); the postfix holds the metrics.
+    BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
+
+    def init_validation_tqdm(self) -> Tqdm:
+        return Tqdm(disable=True)
+
+    def init_sanity_tqdm(self) -> Tqdm:
+        return Tqdm(disable=True)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, *args) -> None:
+        super().on_train_epoch_start(trainer, *args)
+        self.train_progress_bar.set_description("train")
+        self.train_progress_bar.initial = 0
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, str]:
+        step = getattr(pl_module, "last_metrics", {}) or {}
+        shown = {}
+        for key, name in SHOWN:
+            value = step.get(key, trainer.callback_metrics.get(key))
+            if value is not None and math.isfinite(float(value)):
+                shown[name] = f"{float(value):.3g}"
+        return shown
