@@ -101,6 +101,7 @@ class StepStats(Metric):
             "policy/entropy": s["entropy_sum"] / tokens,
             "policy/clip_frac_low": s["clip_low_sum"] / tokens,
             "policy/clip_frac_high": s["clip_high_sum"] / tokens,
+            "policy/clip_ratio": (s["clip_low_sum"] + s["clip_high_sum"]) / tokens,
             "kl/mean": s["kl_sum"] / tokens,
             "completions/mean_length": s["completion_tokens"] / max(s["sequences"], 1.0),
             "completions/min_length": _finite(-m["neg_min_length"]),

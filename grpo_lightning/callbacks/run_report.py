@@ -95,7 +95,7 @@ class RunReport(L.Callback):
         if not trainer.is_global_zero:
             return
         metrics = getattr(pl_module, "last_metrics", {})
-        row = {"step": trainer.global_step}
+        row = {"step": trainer.global_step, "batch": trainer.fit_loop.total_batch_idx}
         row.update({k: _clean(float(v)) for k, v in metrics.items() if k.startswith(KEPT)})
         self.history.append(row)
         step = pl_module.last_step
@@ -162,8 +162,11 @@ class RunReport(L.Callback):
             if rows:
                 pick = (max if higher else min)(rows, key=lambda r, k=key: r[k])
                 best[key] = {"value": pick[key], "step": pick["step"]}
+        # An alert names its generation batch; the picture's axis is the optimizer step after it.
+        steps = {row.get("batch"): row["step"] for row in self.history}
         alerts = [
-            {"check": a.check, "failure": a.failure, "title": a.title, "step": a.step, "evidence": a.evidence}
+            {"check": a.check, "failure": a.failure, "title": a.title, "step": steps.get(a.step, a.step)}
+            | {"generation_batch": a.step, "evidence": a.evidence}
             for a in (self.health.alerts if self.health is not None else [])
         ]
         return {

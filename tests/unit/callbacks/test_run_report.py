@@ -1,0 +1,101 @@
+"""RunReport's files from a history, without a run: the summary's best and final values, the
+samples file, the picture; and the progress bar's fields."""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import torch
+
+from grpo_lightning.callbacks import run_report
+from grpo_lightning.callbacks.progress import RunProgress
+from grpo_lightning.callbacks.run_report import RunReport, output_lines
+from grpo_lightning.health import Alert
+from grpo_lightning.step import RolloutBatch
+
+
+def fake_trainer(step: int):
+    return SimpleNamespace(global_step=step, loggers=[], is_global_zero=True, callback_metrics={})
+
+
+def history(n: int) -> list[dict]:
+    return [
+        {
+            "step": i + 1,
+            "batch": i,
+            "reward/mean": math.sin(i) ** 2,
+            "reward/fmt/mean": 0.5,
+            "kl/mean": 0.01 * i,
+            "policy/entropy": 2.0 - 0.01 * i,
+            "completions/mean_length": 10.0,
+            "completions/min_length": 5.0,
+            "completions/max_length": 20.0,
+            "train/step_time": 0.1,
+            "train/lr": 1e-5,
+            "num_tokens": 100.0 * (i + 1),
+        }
+        for i in range(n)
+    ]
+
+
+def test_summary_picks_best_and_final_values_and_places_alerts_at_their_optimizer_step(tmp_path, monkeypatch):
+    drawn = []  # the picture itself is drawn in tests/integration/test_run_outputs.py (matplotlib takes seconds)
+    monkeypatch.setattr(run_report, "draw_report", lambda *args: drawn.append(args))
+    health = SimpleNamespace(alerts=[Alert("entropy", "F1", "collapse", 4, "evidence", "causes", "fix")])
+    report = RunReport(tmp_path, health=health)
+    report.history = history(12)
+    report.validations = [
+        {"step": 0, "val/accuracy": 0.2},
+        {"step": 6, "val/accuracy": 0.5},
+        {"step": 12, "val/accuracy": 0.4},
+    ]
+    summary = report.write(fake_trainer(12), "finished")
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    best_reward = max(report.history, key=lambda r: r["reward/mean"])
+    assert summary["best"]["reward/mean"] == {"value": best_reward["reward/mean"], "step": best_reward["step"]}
+    assert summary["best"]["val/accuracy"] == {"value": 0.5, "step": 6}
+    assert summary["final"]["val/accuracy"] == 0.4 and summary["final"]["num_tokens"] == 1200.0
+    assert summary["alerts"][0]["step"] == 5 and summary["alerts"][0]["generation_batch"] == 4
+    path, rows, validations, alerts, _ = drawn[0]
+    assert path == tmp_path / "report.png" and rows is report.history and alerts[0]["step"] == 5
+    assert [line.split()[0] for line in output_lines(summary)] == ["report", "summary"]
+
+
+def test_samples_are_appended_as_json_lines_with_each_functions_score(tmp_path):
+    n = 4
+    rollout = RolloutBatch(
+        prompt_ids=torch.ones(n, 1, dtype=torch.long),
+        prompt_mask=torch.ones(n, 1, dtype=torch.long),
+        completion_ids=torch.ones(n, 2, dtype=torch.long),
+        completion_mask=torch.ones(n, 2, dtype=torch.long),
+        rewards=torch.tensor([1.0, 0.0, 0.5, 0.5]),
+        group_size=2,
+        max_new_tokens=2,
+        temperature=1.0,
+        step=3,
+        reward_components={"exact": torch.tensor([1.0, 0.0, math.nan, 1.0])},
+        prompts=["p0", "p0", "p1", "p1"],
+        completions=["a", "b", "c", "d"],
+    )
+    report = RunReport(tmp_path, max_rows=3)
+    report.write_samples(rollout, torch.tensor([1.0, -1.0, 0.0, 0.0]))
+    report.write_samples(rollout, torch.tensor([1.0, -1.0, 0.0, 0.0]))
+    rows = [json.loads(line) for line in (tmp_path / "completions.jsonl").read_text().splitlines()]
+    assert len(rows) == 6
+    assert rows[0] == {
+        "step": 3,
+        "prompt": "p0",
+        "completion": "a",
+        "reward": 1.0,
+        "advantage": 1.0,
+        "rewards": {"exact": 1.0},
+    }
+    assert rows[2]["rewards"] == {"exact": None}  # the function did not apply: null, not NaN (invalid JSON)
+
+
+def test_the_progress_bar_shows_reward_kl_and_the_last_accuracy():
+    module = SimpleNamespace(last_metrics={"reward/mean": 0.123456, "kl/mean": 0.001, "train/loss": 3.0})
+    trainer = SimpleNamespace(callback_metrics={"val/accuracy": torch.tensor(0.75)})
+    assert RunProgress().get_metrics(trainer, module) == {"reward": "0.123", "kl": "0.001", "acc": "0.75"}
