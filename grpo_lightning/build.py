@@ -12,6 +12,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 from transformers import PreTrainedTokenizerBase
@@ -87,6 +88,9 @@ class Run:
             **validation_kwargs(cfg, self.datamodule),
         )
         kwargs.update(overrides)
+        callbacks = list(kwargs["callbacks"] or [])
+        if kwargs.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
+            kwargs["callbacks"] = [*callbacks, RunProgress()]  # the one bar: reward, KL, accuracy, time left
         return L.Trainer(**kwargs)
 
 
@@ -226,7 +230,7 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
     )
     if cfg.model.compile:
         compile_training_models(module)
-    callbacks: list[L.Callback] = [TrainingSummary(), RunProgress()]
+    callbacks: list[L.Callback] = [TrainingSummary()]
     health = HealthMonitor(cfg.health) if cfg.health.enabled else None
     if health is not None:
         callbacks.append(health)
