@@ -5,8 +5,9 @@ Third-party notes a user did not ask for are dropped, what matters stays.
 Dropped: Lightning's litlogger tip, its notes on settings we chose on purpose (``limit_val_batches``,
 ``val_check_interval``, callbacks from ``configure_callbacks``, TPU/HPU availability), torch's
 ``LeafSpec`` deprecation (raised inside Lightning, nothing for the user to change), the CSV
-logger's "will be deleted" warning on resume (it appends), vLLM's rotary-embedding notes and any
-vLLM warning repeated word for word. Health alerts, errors and every other warning stay.
+logger's "will be deleted" warning on resume (it appends), transformers' weight-loading bars,
+vLLM's rotary-embedding notes and any vLLM warning repeated word for word. Health alerts, errors
+and every other warning stay.
 
 Under Hydra (the root logger has handlers) Lightning's own stderr handlers are removed and its
 records propagate: each line reaches the console and ``train.log`` once, through Hydra's handlers,
@@ -92,6 +93,8 @@ def quiet_console(load_vllm: bool = False) -> None:
             logger.propagate = True
     quiet_http_logs()
     quiet_vllm(load_vllm)
+    if "transformers" in sys.modules:  # its "Loading weights" bars would break into the run's one bar
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
 
 
 def quiet_vllm(load: bool = False) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
-from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 
 from grpo_lightning.callbacks.completions_table import completion_rows
 from grpo_lightning.callbacks.report_plot import draw_report
@@ -124,7 +124,10 @@ class RunReport(L.Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module, exception: BaseException) -> None:
         if trainer.is_global_zero and self.history:
-            self.write(trainer, f"failed: {type(exception).__name__}")
+            try:
+                self.write(trainer, f"failed: {type(exception).__name__}")
+            except Exception as err:  # noqa: BLE001  (the run's own error is the one to report)
+                rank_zero_warn(f"could not write the run's report after the failure: {type(err).__name__}: {err}")
 
     # ----------------------------------------------------------------------- writing
     def write_samples(self, rollout, advantages) -> None:

@@ -23,6 +23,7 @@ ARGS = [
     "logger=csv",
     "logger.table_every_n_steps=2",
     "logger.table_rows=4",
+    "algorithm.warmup_steps=2",  # lr factors 1/3, 2/3, 1: the logged lr must be the one each step used
 ]
 # Lines a user did not ask for (issue 28, part 6).
 NOISE = (
@@ -88,7 +89,9 @@ def test_a_run_reports_itself_on_a_quiet_console_and_resumes_into_the_same_csv(t
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert [p.name for p in (run / "csv").iterdir()] == ["version_0"]
     with open(run / "csv" / "version_0" / "metrics.csv") as handle:
-        steps = [int(r["step"]) for r in csv.DictReader(handle) if r.get("reward/mean")]
-    assert steps == [1, 2, 3, 4, 5, 6]
+        rows = [r for r in csv.DictReader(handle) if r.get("reward/mean")]
+    assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5, 6]
+    lrs = [float(r["train/lr"]) for r in rows[:3]]
+    assert lrs == pytest.approx([1e-4, 2e-4, 3e-4])  # algorithm.lr=3e-4 (tiny model) after 1/3, 2/3 warm-up
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 6 and summary["generation_batches"] == 6  # the history came back with the checkpoint
