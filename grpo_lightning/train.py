@@ -1,7 +1,8 @@
 """The Hydra entry point: ``grpo-lightning key=value ...``, or ``python -m grpo_lightning.train key=value ...``.
 
-Thin on purpose: compose and type-check the config, apply ``trainer.huge_pages``, validate the
-config before any model loads, build the run (``build.build_run``), fit. Lightning is imported
+Thin on purpose: check the command line before any heavy import (config/early.py), compose and
+type-check the config, validate it before transformers and Lightning are imported, apply
+``trainer.huge_pages``, build the run (``build.build_run``), fit. Lightning is imported
 only after the allocator choice (torch reads it at its first CPU allocation).
 """
 
@@ -14,9 +15,9 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_lightning.cli_errors import end_on_error, run_cli
-from grpo_lightning.config import TrainConfig
+from grpo_lightning.config import TrainConfig, validate_config
 from grpo_lightning.config.compose import CONF_DIR, SCHEMA, finish, plan
-from grpo_lightning.models.allocator import apply_huge_pages
+from grpo_lightning.config.early import early_check
 
 _SCHEMA = SCHEMA  # the schema Hydra composes onto (grpo_lightning/config/compose.py says why)
 __all__ = ["CONF_DIR", "cli", "main", "run", "to_train_config"]
@@ -54,6 +55,9 @@ def run(cfg: TrainConfig, logged_config: dict | None = None) -> dict[str, float]
     """Train with ``cfg`` (baseline evaluation, fit, final evaluation); returns the last logged metrics.
 
     Raises :class:`Interrupted` when a signal stopped the run (its checkpoint is written)."""
+    validate_config(cfg)  # before transformers and Lightning are imported: a bad value answers at once
+    from grpo_lightning.models.allocator import apply_huge_pages  # noqa: PLC0415  (imports transformers)
+
     apply_huge_pages(cfg.trainer.huge_pages)
     # Only now: importing lightning makes torch's first CPU allocation, which fixes the allocator.
     from grpo_lightning.build import build_run, fit  # noqa: PLC0415
@@ -114,6 +118,7 @@ def cli() -> None:
 
 
 def _plan_then_main() -> None:
+    early_check(sys.argv[1:])  # no heavy import yet: a typo or a bad value answers in about a second
     steps = plan(sys.argv[1:])
     _DEFERRED[:] = steps.deferred
     sys.argv[1:] = steps.hydra

@@ -1,7 +1,9 @@
 """``algorithm.*``: the GRPO objective (loss, advantages, KL, aggregation) and the optimizer.
 
 The variant names are checked (closest match named) against the registries of :mod:`grpo_lightning.algorithm`, a
-lower layer (pure tensor math that imports no config), so a newly registered variant is valid.
+lower layer (pure tensor math that imports no config), so a newly registered variant is valid. That package
+imports torch, so it is imported only when a name is checked (:meth:`AlgorithmConfig.check_fields`): the CLI
+checks everything else (:meth:`AlgorithmConfig.value_problems`) before any heavy import.
 """
 
 from __future__ import annotations
@@ -9,15 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from grpo_lightning.algorithm import (
-    ADVANTAGE_ESTIMATORS,
-    ADVANTAGE_SCALES,
-    IS_LEVELS,
-    KL_ESTIMATORS,
-    LOSS_AGG_MODES,
-    POLICY_LOSSES,
-)
-from grpo_lightning.algorithm.lr_schedule import LR_SCHEDULES
 from grpo_lightning.config.base import check, choice, option
 from grpo_lightning.config.nodes import PluginNodes
 
@@ -34,20 +27,21 @@ class AlgorithmConfig(PluginNodes):
     (``algorithm.sapo.tau_pos``): every loss's node exists, selected or not, so switching
     ``policy_loss`` on the command line never changes which keys are valid."""
 
-    node_registries = (POLICY_LOSSES,)
+    node_registries = ("grpo_lightning.algorithm:POLICY_LOSSES",)
 
     policy_loss: str = option("grpo", "Registered policy loss (grpo_lightning/algorithm/policy_loss.py).")
     advantage_estimator: str = option(
         "grpo", "Registered advantage estimator (grpo_lightning/algorithm/advantages.py)."
     )
     beta: float = option(0.04, "KL coefficient (>= 0); 0 loads no reference model.")
-    kl_estimator: str = option("k3", f"Per-token KL estimator, one of {KL_ESTIMATORS.names}.")
+    kl_estimator: str = option("k3", "Registered per-token KL estimator: k1, k2, k3 (grpo_lightning/algorithm/kl.py).")
     loss_agg: str = option(
-        "seq_mean_token_mean", f"Loss aggregation for policy and KL terms, one of {LOSS_AGG_MODES.names}."
+        "seq_mean_token_mean",
+        "Registered loss aggregation of the policy and KL terms (grpo_lightning/algorithm/aggregation.py).",
     )
     advantage_scale: str = option(
         "group",
-        f"advantage_estimator=grpo: scaling of the centered rewards, one of {ADVANTAGE_SCALES} (none: Dr. GRPO).",
+        "advantage_estimator=grpo: scaling of the centered rewards, group, batch or none (none: Dr. GRPO).",
     )
     advantage_eps: float = option(1e-6, "Added to the std when scaling advantages.")
     num_iterations: int = option(1, "Optimizer passes over each generation batch (mu); 1 makes the ratio exactly 1.")
@@ -68,15 +62,27 @@ class AlgorithmConfig(PluginNodes):
     logprob_chunk_mb: float = option(
         96.0, "Memory budget (MB) of the float32 logits alive at once in the log-prob pass."
     )
-    is_level: str = option("none", f"Truncated importance sampling (engine vs trainer log-probs), one of {IS_LEVELS}.")
+    is_level: str = option(
+        "none", "Truncated importance sampling (engine vs trainer log-probs): none, token or sequence."
+    )
     is_cap: float = option(2.0, "Upper bound of the truncated importance weight (> 0).")
     entropy_coef: float = option(0.0, "Entropy bonus: loss -= entropy_coef x aggregate(entropy); 0 turns it off.")
-    lr_schedule: str = option("constant", f"Learning-rate schedule after the warm-up, one of {LR_SCHEDULES}.")
+    lr_schedule: str = option("constant", "Learning-rate schedule after the warm-up: constant, linear or cosine.")
     mask_truncated: bool = option(
         False, "Drop completions cut at rollout.max_new_tokens (no EOS) from the loss (DAPO's overlong filtering)."
     )
 
     def check_fields(self, p: str) -> list[str]:
+        from grpo_lightning.algorithm import (  # noqa: PLC0415  (torch: only when names are checked)
+            ADVANTAGE_ESTIMATORS,
+            ADVANTAGE_SCALES,
+            IS_LEVELS,
+            KL_ESTIMATORS,
+            LOSS_AGG_MODES,
+            POLICY_LOSSES,
+        )
+        from grpo_lightning.algorithm.lr_schedule import LR_SCHEDULES  # noqa: PLC0415
+
         problems: list[str] = []
         for registry in (POLICY_LOSSES, ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES):
             field = registry.config_field.rpartition(".")[2]
@@ -85,6 +91,11 @@ class AlgorithmConfig(PluginNodes):
         choice(problems, f"{p}advantage_scale", self.advantage_scale, ADVANTAGE_SCALES)
         choice(problems, f"{p}is_level", self.is_level, IS_LEVELS)
         choice(problems, f"{p}lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        return problems + self.value_problems(p)
+
+    def value_problems(self, p: str) -> list[str]:
+        """The rules that need no registry (no torch): what the CLI checks before heavy imports."""
+        problems: list[str] = []
         m = self.micro_batch_size
         check(
             problems,

@@ -20,6 +20,7 @@ and :func:`finish` on what Hydra composed; :func:`compose` does both for Python 
 
 from __future__ import annotations
 
+import sys
 import typing
 import warnings
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -41,6 +42,7 @@ from grpo_lightning.config.base import unknown_key_message
 from grpo_lightning.config.nodes import with_plugin_nodes
 from grpo_lightning.config.task import TASKS, TaskConfig
 from grpo_lightning.config.train import TrainConfig
+from grpo_lightning.config.trl_names import trl_alias, trl_problem
 from grpo_lightning.errors import ConfigError
 from grpo_lightning.registry import load_plugins
 
@@ -182,11 +184,16 @@ def _unknown_override_keys(
     keys are left to :func:`finish` when the task is not known yet (``task``: None)."""
     known, problems = set(keys), []
     heads = {k for k in keys if "." not in k} - ({"task"} if task is None else set())
+    groups = {d.name for d in CONF_DIR.iterdir() if d.is_dir()} | {"hydra", "task"}
     for _, o in parsed:
-        if o is None or not _plain(o) or "." not in o.key_or_group:
+        if o is None or not _plain(o):
             continue
         key = o.key_or_group
-        if key.split(".", 1)[0] not in heads or key in known or any(key.startswith(d + ".") for d in dicts):
+        head = key.split(".", 1)[0]
+        if head not in heads and head not in groups and head not in known:  # bad.key=1, learning_rat=1
+            problems.append(unknown_key_message(key, keys))
+            continue
+        if "." not in key or head not in heads or key in known or any(key.startswith(d + ".") for d in dicts):
             continue
         message = unknown_key_message(key, keys)
         if key.startswith("task."):
@@ -201,10 +208,34 @@ def _fields_of(cls: type | None) -> set[str]:
     return {f.name for f in fields(cls)} if cls is not None else set()
 
 
+def trl_overrides(overrides: list[str] | tuple[str, ...], say: bool = True) -> list[str]:
+    """TRL's ``GRPOConfig`` names renamed to ours where they mean the same (``learning_rate=1e-6``
+    -> ``algorithm.lr=1e-6``, said on stderr); a TRL name whose meaning differs is an error that
+    names our key and the value to write (config/trl_names.py)."""
+    out, problems = [], []
+    top = {f.name for f in fields(TrainConfig)}
+    for text in overrides:
+        o = _parse(text)
+        key = o.key_or_group if o is not None else ""
+        if o is None or "." in key or key in top or not _plain(o):
+            out.append(text)
+        elif o.type == OverrideType.CHANGE and (ours := trl_alias(key)) is not None:
+            out.append(f"{ours}={text.split('=', 1)[1]}")
+            if say:
+                print(f"note: TRL's {key} is {ours} here", file=sys.stderr)
+        elif (problem := trl_problem(key, o.value())) is not None and o.type == OverrideType.CHANGE:
+            problems.append(problem)
+        else:
+            out.append(text)
+    if problems:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
+    return out
+
+
 def plan(overrides: list[str] | tuple[str, ...], load: bool = True, config_name: str = "train") -> Plan:
-    """Phase 1: import ``plugins`` / ``task.reward_modules``, store the chosen task's schema,
-    refuse unknown keys and hold back dict assignments."""
-    parsed = [(text, _parse(text)) for text in overrides]
+    """Phase 1: rename TRL's names, import ``plugins`` / ``task.reward_modules``, store the chosen
+    task's schema, refuse unknown keys and hold back dict assignments."""
+    parsed = [(text, _parse(text)) for text in trl_overrides(overrides)]
     result = Plan()
     for _, o in parsed:
         if o is not None and o.key_or_group in ("plugins", "task.reward_modules") and _plain(o):

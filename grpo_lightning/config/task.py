@@ -25,7 +25,7 @@ from typing import Optional
 from hydra.core.config_store import ConfigStore
 
 from grpo_lightning.config.base import Schema, check, option
-from grpo_lightning.registry import Registry
+from grpo_lightning.registry import Registry, load_plugins
 
 NAME_HELP = "The task: a name registered in grpo_lightning.tasks.TASKS (or by a plugin)."
 
@@ -104,7 +104,28 @@ class TaskConfig(Schema):
 
 
 class TaskRegistry(Registry):
-    """The registry of tasks; each one's options also become the Hydra config ``task_schema/<name>``."""
+    """The registry of tasks; each one's options also become the Hydra config ``task_schema/<name>``.
+
+    The built-in tasks (``grpo_lightning.tasks``, which imports the rewards and torch) register on
+    the first look at the entries, not when the package is imported: the CLI checks a command
+    line before any heavy import."""
+
+    builtin_module = "grpo_lightning.tasks"
+
+    def __init__(self, kind: str, config_field: str):
+        self._builtins_loaded = False
+        super().__init__(kind, config_field)
+
+    @property
+    def entries(self) -> dict:
+        if not self._builtins_loaded:
+            self._builtins_loaded = True  # before the import: the tasks' own registrations read entries
+            load_plugins([self.builtin_module])
+        return self._entries
+
+    @entries.setter
+    def entries(self, value: dict) -> None:
+        self._entries = value
 
     def add(self, name: str, entry, *, options: type | None = None):
         entry = super().add(name, entry, options=options)
