@@ -19,6 +19,7 @@ from transformers import PreTrainedTokenizerBase
 from grpo_lightning.callbacks import CompletionsTable, HealthMonitor, TrainingSummary
 from grpo_lightning.checkpointing import RunCheckpoints, fit_refusing_code, resume_path
 from grpo_lightning.config import TrainConfig, checkpointing_mode, validate_config
+from grpo_lightning.config.effective import apply_model_defaults, differences
 from grpo_lightning.data import PromptDataModule
 from grpo_lightning.data.files import max_prompt_tokens, prompt_check
 from grpo_lightning.data.prompting import PromptFormatter
@@ -166,7 +167,9 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
     ``logged_config`` is what the logger records as the run's config (the CLI passes the
     resolved Hydra config).
     """
+    apply_model_defaults(cfg)  # the CLI's composition did it already; a config made in Python gets them here
     validate_config(cfg)
+    rank_zero_info("config (values that differ from the defaults): " + ", ".join(differences(cfg)))
     lock = lock_run_folder(cfg.trainer.output_dir)  # a second run in this folder fails here, at once
     apply_huge_pages(cfg.trainer.huge_pages)  # in time only if nothing allocated yet (allocator.py)
     if cfg.trainer.num_threads > 0:

@@ -25,12 +25,13 @@ __all__ = ["CONF_DIR", "cli", "main", "run", "to_train_config"]
 # Overrides held back from Hydra by phase 1 (dict assignments such as task.rewards={...}),
 # applied by to_train_config on what Hydra composed (grpo_lightning/config/compose.py).
 _DEFERRED: list = []
+_EXPLICIT: set[str] = set()  # the keys the command line sets (a model's defaults leave them)
 
 
 def to_train_config(cfg: DictConfig) -> TrainConfig:
     """The composed DictConfig as a typed ``TrainConfig``: held-back overrides applied, unknown
     keys refused (Hydra already type-checked the rest)."""
-    return finish(cfg, _DEFERRED)
+    return finish(cfg, _DEFERRED, _EXPLICIT)
 
 
 class Interrupted(Exception):
@@ -121,11 +122,13 @@ def _plan_then_main() -> None:
     early_check(sys.argv[1:])  # no heavy import yet: a typo or a bad value answers in about a second
     steps = plan(sys.argv[1:])
     _DEFERRED[:] = steps.deferred
+    _EXPLICIT.update(steps.explicit)
     sys.argv[1:] = steps.hydra
     try:
         main()
     finally:  # this command line's held-back overrides must not reach a later composition in the process
         _DEFERRED.clear()
+        _EXPLICIT.clear()
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from grpo_lightning.config.base import unknown_key_message
+from grpo_lightning.config.effective import apply_model_defaults
 from grpo_lightning.config.nodes import with_plugin_nodes
 from grpo_lightning.config.task import TASKS, TaskConfig
 from grpo_lightning.config.train import TrainConfig
@@ -92,6 +93,7 @@ class Plan:
     hydra: list[str] = field(default_factory=list)
     deferred: list[Override] = field(default_factory=list)
     plugins: list[str] = field(default_factory=list)
+    explicit: set[str] = field(default_factory=set)  # keys the command line sets: a model's defaults leave them
     task: str | None = DEFAULT_TASK  # None: a task file of the user's own, known once composed
 
 
@@ -257,6 +259,7 @@ def plan(overrides: list[str] | tuple[str, ...], load: bool = True, config_name:
             result.hydra.append(text)
             continue
         key = o.key_or_group
+        result.explicit.add(key)
         whole_dict = o.type == OverrideType.CHANGE and key in dicts and not o.is_sweep_override()
         if whole_dict and isinstance(o.value(), dict):
             held.add(key)
@@ -310,8 +313,9 @@ def unknown_keys(node: Any, cls: type, prefix: str = "") -> list[str]:
     return found
 
 
-def finish(cfg: DictConfig, deferred: list[Override] = ()) -> TrainConfig:
-    """Phase 2's end: apply held-back overrides, refuse unknown keys, return the typed config.
+def finish(cfg: DictConfig, deferred: list[Override] = (), explicit: set[str] = frozenset()) -> TrainConfig:
+    """Phase 2's end: apply held-back overrides, refuse unknown keys, put the model's defaults in
+    place of group defaults not in ``explicit`` (config/effective.py), return the typed config.
 
     ``cfg`` is changed in place (it is what the logger records)."""
     for o in deferred:
@@ -337,7 +341,10 @@ def finish(cfg: DictConfig, deferred: list[Override] = ()) -> TrainConfig:
         warnings.warn(REWARD_MODULES_DEPRECATED, FutureWarning, stacklevel=2)
         with open_dict(cfg):
             cfg.plugins = list(dict.fromkeys([*cfg.plugins, *cfg.task.reward_modules]))
-    return OmegaConf.to_object(cfg)
+    built = OmegaConf.to_object(cfg)
+    for key, value in apply_model_defaults(built, explicit).items():
+        OmegaConf.update(cfg, key, value)
+    return built
 
 
 def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "train") -> tuple[TrainConfig, DictConfig]:
@@ -350,4 +357,4 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "tra
         cause = err.__cause__ or err.__context__
         detail = f" ({str(cause).splitlines()[0]})" if cause is not None else ""
         raise ConfigError(f"{str(err).splitlines()[0]}{detail}") from None
-    return finish(cfg, steps.deferred), cfg
+    return finish(cfg, steps.deferred, steps.explicit), cfg
