@@ -167,6 +167,7 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
     ``logged_config`` is what the logger records as the run's config (the CLI passes the
     resolved Hydra config).
     """
+    cfg.task = cfg.task.promoted()  # TaskConfig(name="gsm") from Python: gsm's own options, rewards included
     apply_model_defaults(cfg)  # the CLI's composition did it already; a config made in Python gets them here
     validate_config(cfg)
     rank_zero_info("config (values that differ from the defaults): " + ", ".join(differences(cfg)))

@@ -17,7 +17,7 @@ from grpo_lightning.config.health import HealthConfig
 from grpo_lightning.config.logger import LoggerConfig
 from grpo_lightning.config.model import ModelConfig
 from grpo_lightning.config.rollout import RolloutConfig
-from grpo_lightning.config.task import TaskConfig
+from grpo_lightning.config.task import TaskConfig, task_options
 from grpo_lightning.config.trainer import TrainerConfig
 from grpo_lightning.errors import ConfigError, PluginError
 from grpo_lightning.registry import load_plugins
@@ -111,6 +111,13 @@ class TrainConfig(Schema):
                 "one of " + _PRECISION_CHOICES
             )
         return problems
+
+    def __setattr__(self, name: str, value) -> None:
+        # Switching the task after construction resets the fields that depend on it (rewards,
+        # correctness_reward, prompts): cfg.task = "gsm", or a TaskConfig(name=...) with changes.
+        if name == "task" and "task" in self.__dict__:
+            value = task_options(value) if isinstance(value, str) else value.promoted()
+        super().__setattr__(name, value)
 
     def plugin_entries(self) -> list[str]:
         """``plugins`` plus the deprecated ``task.reward_modules``, each once, in order."""
