@@ -97,7 +97,7 @@ class TaskConfig(Schema):
         elif not isinstance(self, cls := TASKS.options(self.name) or TaskConfig):
             problems.append(
                 f"{p}name={self.name!r} but the options are a {type(self).__name__}; "
-                f"task={self.name} takes a {cls.__name__}"
+                f"task={self.name} takes a {cls.__name__} (in Python: cfg.task = {self.name!r})"
             )
         check(problems, bool(self.rewards), f"{p}rewards is empty; name at least one reward function")
         check(

@@ -10,8 +10,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
+
 from grpo_lightning.build import build_datamodule
-from grpo_lightning.config import TaskConfig, TrainConfig, validate_config
+from grpo_lightning.config import ConfigError, TaskConfig, TrainConfig, validate_config
 from grpo_lightning.config.compose import compose
 
 OUT = "trainer.output_dir=/tmp/unused"
@@ -49,3 +51,10 @@ def test_a_task_given_at_construction_is_promoted_when_the_run_is_built():
     cfg = TrainConfig(task=TaskConfig(name="gsm"))
     cfg.task = cfg.task.promoted()  # what build_run does first
     assert cfg.task.correctness_reward == "gsm_exact"
+
+
+def test_renaming_the_task_alone_says_how_to_switch():
+    cfg = TrainConfig()
+    cfg.task.name = "gsm"
+    with pytest.raises(ConfigError, match=r"in Python: cfg.task = 'gsm'"):
+        validate_config(cfg)
