@@ -4,7 +4,9 @@
 transformers, Lightning or vLLM, and none of the package's registries (the tasks, rewards,
 losses and health checks register from modules that import torch). So it checks what needs no
 registry: TRL's names (config/trl_names.py), unknown keys, Hydra's types on the composed groups
-(presets and group choices applied), and the rules of the groups that name no registered entry.
+(presets and group choices applied), and the rules of the groups that name no registered entry
+(raised here only when nothing on the command line is left for later, so that one message
+still lists every problem).
 Whatever it cannot judge it leaves, untouched, to the full composition and
 :func:`~grpo_lightning.config.validate_config` that follow: a task's own options, registry
 nodes (``algorithm.sapo.*``, ``health.<check>.*``), registered names, dict fields such as
@@ -43,6 +45,17 @@ PLAIN_GROUPS = ("model", "rollout", "trainer", "logger", "eval")
 # Groups with nodes per registered entry: a key that is no field of theirs is left for later.
 NODE_GROUPS = {"algorithm": AlgorithmConfig, "health": HealthConfig, "task": TaskConfig}
 _LATER_KEYS = ("plugins", "task.reward_modules", "task.name")
+# Fields whose allowed values are registered beside torch code: checked by the full path only.
+REGISTRY_FIELDS = (
+    "algorithm.policy_loss",
+    "algorithm.advantage_estimator",
+    "algorithm.kl_estimator",
+    "algorithm.loss_agg",
+    "algorithm.advantage_scale",
+    "algorithm.is_level",
+    "algorithm.lr_schedule",
+    "rollout.engine",
+)
 
 
 def _names(cls: type) -> set[str]:
@@ -110,5 +123,7 @@ def early_check(argv: list[str], config_name: str = "train") -> None:
     problems = [p for g in PLAIN_GROUPS for p in getattr(built, g).validate(f"{g}.")]
     problems += built.algorithm.value_problems("algorithm.")
     problems += TrainConfig.check_fields(built, "")
-    if problems:
+    # Every problem in one message: when the full path has more to judge, it lists them all.
+    judged_all = len(kept) == len(parsed) and not any(o.key_or_group in REGISTRY_FIELDS for o in kept)
+    if problems and judged_all:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))

@@ -60,6 +60,8 @@ def test_errors_found_early(argv, message):
         ["task.max_operand=-3"],  # a task's own option: judged once the task is registered
         ["algorithm.sapo.tau_pos=-1"],  # a registered loss's node
         ["algorithm.policy_loss=grpp"],  # a registered name
+        ["algorithm.beta=-1", "algorithm.loss_agg=avg"],  # the full path lists both problems at once
+        ["rollout.num_generations=1", "task.max_operand=3"],
         ["plugins=[my_rewards.py]", "bad.key=1"],  # plug-ins may add anything: the full path judges
         ["task=doubling"],  # a plug-in's task
         ["'task.rewards={my_reward: 1.0}'"],
