@@ -2,15 +2,14 @@
 
 Importing the package has no side effects and imports no Lightning: the names below load on
 first use (PEP 562), so the CLI can apply ``trainer.huge_pages`` before torch's first CPU
-allocation (which importing lightning makes; see ``models/allocator.py``).
+allocation (which importing lightning makes; see ``models/allocator.py``), and check a command
+line before importing torch at all. The built-in tasks register on the first look at ``TASKS``.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING
-
-from grpo_lightning import tasks as _tasks  # noqa: F401  (registers the built-in tasks and their rewards)
 
 if TYPE_CHECKING:
     from grpo_lightning.config import TrainConfig, validate_config

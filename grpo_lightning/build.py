@@ -20,6 +20,7 @@ from transformers import PreTrainedTokenizerBase
 from grpo_lightning.callbacks import CompletionsTable, HealthMonitor, RunProgress, RunReport, TrainingSummary
 from grpo_lightning.checkpointing import RunCheckpoints, checkpoints_in, fit_refusing_code, resume_path
 from grpo_lightning.config import TrainConfig, checkpointing_mode, validate_config
+from grpo_lightning.config.effective import apply_model_defaults, differences
 from grpo_lightning.csv_resume import ResumableCSVLogger, csv_version
 from grpo_lightning.data import PromptDataModule
 from grpo_lightning.data.files import max_prompt_tokens, prompt_check
@@ -29,6 +30,7 @@ from grpo_lightning.logging_setup import quiet_console
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.allocator import apply_huge_pages, huge_pages_report, release_freed_memory
 from grpo_lightning.models.compile import compile_training_models
+from grpo_lightning.models.lora import apply_lora, lora_enabled
 from grpo_lightning.models.memory import check_memory
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rollout import (
@@ -40,10 +42,12 @@ from grpo_lightning.rollout import (
     WeightSync,
 )
 from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
+from grpo_lightning.run_objects import take_objects
 from grpo_lightning.runtime.resume_check import config_record
 from grpo_lightning.runtime.run_lock import RunLock, lock_run_folder
 from grpo_lightning.sharding import build_strategy
 from grpo_lightning.tasks import source_weights, task_records, task_scorer
+from grpo_lightning.tasks.base import checked
 
 
 @dataclass
@@ -94,11 +98,12 @@ class Run:
         return L.Trainer(**kwargs)
 
 
-def build_datamodule(cfg: TrainConfig) -> PromptDataModule:
+def build_datamodule(cfg: TrainConfig, records: tuple[list[dict], list[dict]] | None = None) -> PromptDataModule:
     # Every task's prompts are vetted with the tokenizer before the model loads: characters it
     # cannot encode, prompts that leave no room for the completion. The task calls the check
     # where it names the source best (task=dataset: the file's row; generated tasks: the task).
-    train, val = task_records(cfg.task, prompt_check(cfg))
+    # ``records``: (train, val) given as objects to build_run, already vetted.
+    train, val = records if records is not None else task_records(cfg.task, prompt_check(cfg))
     if cfg.task.correctness_reward is None:  # nothing defines "correct": no held-out evaluation
         val = []
     batches = -(-cfg.trainer.max_steps // cfg.algorithm.num_iterations)
@@ -167,16 +172,43 @@ def build_engine_factory(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase):
     return lambda policy: make(policy, tokenizer, cfg)
 
 
-def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_config: dict | None = None) -> Run:
+def build_run(
+    cfg: TrainConfig,
+    *,
+    engine: RolloutEngine | None = None,
+    logged_config: dict | None = None,
+    model=None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    train_dataset=None,
+    eval_dataset=None,
+    reward_funcs=None,
+    peft_config=None,
+    callbacks: list[L.Callback] = (),
+) -> Run:
     """Validate first (before any model loads), then build module, data, callbacks, logger.
 
     ``engine`` reuses a running engine (e.g. one vLLM engine for a whole notebook or test
     session) instead of starting one; the weight sync pushes this run's policy into it first.
     ``logged_config`` is what the logger records as the run's config (the CLI passes the
-    resolved Hydra config).
+    resolved Hydra config). The rest are objects in place of names, as TRL's GRPOTrainer takes
+    them (run_objects.py): ``model`` (an id or a loaded model, with its ``tokenizer``), a
+    ``train_dataset`` / ``eval_dataset`` (``datasets.Dataset`` or dicts with a ``prompt``),
+    ``reward_funcs`` (callables), a PEFT ``LoraConfig``, and Lightning ``callbacks`` to add.
     """
+    given = take_objects(
+        cfg,
+        model=model,
+        tokenizer=tokenizer,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        reward_funcs=reward_funcs,
+        peft_config=peft_config,
+    )
+    cfg.task = cfg.task.promoted()  # TaskConfig(name="gsm") from Python: gsm's own options, rewards included
+    apply_model_defaults(cfg)  # the CLI's composition did it already; a config made in Python gets them here
     validate_config(cfg)
     quiet_console(load_vllm=cfg.rollout.engine == "vllm")  # third-party notes nobody acts on (logging_setup.py)
+    rank_zero_info("config (values that differ from the defaults): " + ", ".join(differences(cfg)))
     lock = lock_run_folder(cfg.trainer.output_dir)  # a second run in this folder fails here, at once
     apply_huge_pages(cfg.trainer.huge_pages)  # in time only if nothing allocated yet (allocator.py)
     if cfg.trainer.num_threads > 0:
@@ -184,14 +216,24 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
     if cfg.trainer.malloc_mmap_threshold > 0:
         release_freed_memory(cfg.trainer.malloc_mmap_threshold)
     L.seed_everything(cfg.trainer.seed, workers=True, verbose=False)
-    datamodule = build_datamodule(cfg)
+    records = given.records
+    if records is not None:
+        loaded = None if given.tokenizer is None else (given.tokenizer, _context(given.policy))
+        records = checked("train_dataset", *records, prompt_check(cfg, loaded))
+    datamodule = build_datamodule(cfg, records)
     check_memory(cfg)  # a batch that cannot fit: refused now, not minutes into the first step
     # After the data: a run that fails on its inputs says only what failed (cli_errors).
     if cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available():
         report = huge_pages_report(cfg.trainer.huge_pages)
         if report:
             rank_zero_info(report)
-    policy, tokenizer = load_policy(cfg.model)
+    if given.policy is not None:
+        policy, tokenizer = given.policy, given.tokenizer
+        if lora_enabled(cfg.model.lora):
+            policy = apply_lora(policy, cfg.model.lora)
+    else:
+        policy, tokenizer = load_policy(cfg.model)
+        tokenizer = given.tokenizer or tokenizer
     r = cfg.rollout
     generator_cls, extra = RolloutGenerator, {}
     if r.mode == "async":
@@ -230,7 +272,7 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
     )
     if cfg.model.compile:
         compile_training_models(module)
-    callbacks: list[L.Callback] = [TrainingSummary()]
+    callbacks: list[L.Callback] = [TrainingSummary(), *callbacks]
     health = HealthMonitor(cfg.health) if cfg.health.enabled else None
     if health is not None:
         callbacks.append(health)
@@ -251,3 +293,8 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
     if isinstance(logger, WandbLogger) and cfg.logger.table_every_n_steps > 0:
         callbacks.append(CompletionsTable(cfg.logger.table_every_n_steps, cfg.logger.table_rows))
     return Run(module, datamodule, callbacks, logger, tokenizer, health, checkpoints, lock, report)
+
+
+def _context(policy) -> int | None:
+    """A given model's context length (None: unknown, or the model loads by name)."""
+    return getattr(getattr(policy, "config", None), "max_position_embeddings", None)

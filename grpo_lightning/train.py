@@ -1,7 +1,8 @@
 """The Hydra entry point: ``grpo-lightning key=value ...``, or ``python -m grpo_lightning.train key=value ...``.
 
-Thin on purpose: compose and type-check the config, apply ``trainer.huge_pages``, validate the
-config before any model loads, build the run (``build.build_run``), fit. Lightning is imported
+Thin on purpose: check the command line before any heavy import (config/early.py), compose and
+type-check the config, validate it before transformers and Lightning are imported, apply
+``trainer.huge_pages``, build the run (``build.build_run``), fit. Lightning is imported
 only after the allocator choice (torch reads it at its first CPU allocation).
 """
 
@@ -13,10 +14,10 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_lightning.cli_errors import end_on_error, run_cli
-from grpo_lightning.config import TrainConfig
+from grpo_lightning.config import TrainConfig, validate_config
 from grpo_lightning.config.compose import CONF_DIR, SCHEMA, finish, plan
+from grpo_lightning.config.early import early_check
 from grpo_lightning.logging_setup import HTTP_LOGGERS, quiet_http_logs
-from grpo_lightning.models.allocator import apply_huge_pages
 
 _SCHEMA = SCHEMA  # the schema Hydra composes onto (grpo_lightning/config/compose.py says why)
 __all__ = ["CONF_DIR", "HTTP_LOGGERS", "cli", "main", "quiet_http_logs", "run", "to_train_config"]
@@ -24,12 +25,13 @@ __all__ = ["CONF_DIR", "HTTP_LOGGERS", "cli", "main", "quiet_http_logs", "run", 
 # Overrides held back from Hydra by phase 1 (dict assignments such as task.rewards={...}),
 # applied by to_train_config on what Hydra composed (grpo_lightning/config/compose.py).
 _DEFERRED: list = []
+_EXPLICIT: set[str] = set()  # the keys the command line sets (a model's defaults leave them)
 
 
 def to_train_config(cfg: DictConfig) -> TrainConfig:
     """The composed DictConfig as a typed ``TrainConfig``: held-back overrides applied, unknown
     keys refused (Hydra already type-checked the rest)."""
-    return finish(cfg, _DEFERRED)
+    return finish(cfg, _DEFERRED, _EXPLICIT)
 
 
 class Interrupted(Exception):
@@ -54,6 +56,9 @@ def run(cfg: TrainConfig, logged_config: dict | None = None) -> dict[str, float]
     """Train with ``cfg`` (baseline evaluation, fit, final evaluation); returns the last logged metrics.
 
     Raises :class:`Interrupted` when a signal stopped the run (its checkpoint is written)."""
+    validate_config(cfg)  # before transformers and Lightning are imported: a bad value answers at once
+    from grpo_lightning.models.allocator import apply_huge_pages  # noqa: PLC0415  (imports transformers)
+
     apply_huge_pages(cfg.trainer.huge_pages)
     # Only now: importing lightning makes torch's first CPU allocation, which fixes the allocator.
     from grpo_lightning.build import build_run, fit  # noqa: PLC0415
@@ -111,13 +116,16 @@ def cli() -> None:
 
 
 def _plan_then_main() -> None:
+    early_check(sys.argv[1:])  # no heavy import yet: a typo or a bad value answers in about a second
     steps = plan(sys.argv[1:])
     _DEFERRED[:] = steps.deferred
+    _EXPLICIT.update(steps.explicit)
     sys.argv[1:] = steps.hydra
     try:
         main()
     finally:  # this command line's held-back overrides must not reach a later composition in the process
         _DEFERRED.clear()
+        _EXPLICIT.clear()
 
 
 if __name__ == "__main__":

@@ -64,13 +64,3 @@ def replayed_truncation(generator: object, cfg: object) -> Truncation | None:
         return None
     truncation = Truncation(int(sampling.top_k), float(sampling.top_p))
     return truncation if truncation.active else None
-
-
-def truncated_sampling_refusal(top_p: float, top_k: int) -> str:
-    """The config error of ``algorithm.truncated_sampling=refuse`` with a sampling filter on."""
-    return (
-        f"rollout.top_p={top_p} / rollout.top_k={top_k} truncate the engine's distribution while "
-        "algorithm.truncated_sampling=refuse: a trainer scoring the full softmax would see every token off by "
-        "log(kept mass), biasing the ratio and every correction; set algorithm.truncated_sampling=replay, or "
-        "rollout.top_p=1.0 rollout.top_k=0"
-    )

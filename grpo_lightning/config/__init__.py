@@ -27,7 +27,7 @@ from grpo_lightning.config.rollout import (
     VLLMServerConfig,
     is_loopback_host,
 )
-from grpo_lightning.config.task import TASKS, TaskConfig
+from grpo_lightning.config.task import TASKS, TaskConfig, task_options
 from grpo_lightning.config.train import TrainConfig, register_config_check, validate_config
 from grpo_lightning.config.trainer import STRATEGIES, TrainerConfig
 from grpo_lightning.errors import ConfigError
@@ -63,5 +63,6 @@ __all__ = [
     "field_help",
     "is_loopback_host",
     "register_config_check",
+    "task_options",
     "validate_config",
 ]

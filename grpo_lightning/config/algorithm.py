@@ -1,7 +1,9 @@
 """``algorithm.*``: the GRPO objective (loss, advantages, KL, aggregation) and the optimizer.
 
 The variant names are checked (closest match named) against the registries of :mod:`grpo_lightning.algorithm`, a
-lower layer (pure tensor math that imports no config), so a newly registered variant is valid.
+lower layer (pure tensor math that imports no config), so a newly registered variant is valid. That package
+imports torch, so it is imported only when a name is checked (:meth:`AlgorithmConfig.check_fields`): the CLI
+checks everything else (:meth:`AlgorithmConfig.value_problems`) before any heavy import.
 """
 
 from __future__ import annotations
@@ -9,17 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from grpo_lightning.algorithm import (
-    ADVANTAGE_ESTIMATORS,
-    ADVANTAGE_SCALES,
-    IS_LEVELS,
-    KL_ESTIMATORS,
-    LOSS_AGG_MODES,
-    POLICY_LOSSES,
-)
-from grpo_lightning.algorithm.corrections import CORRECTION_MODES, CORRECTIONS, correction_problems
-from grpo_lightning.algorithm.lr_schedule import LR_SCHEDULES
-from grpo_lightning.algorithm.truncation import TRUNCATED_SAMPLING
 from grpo_lightning.config.base import check, choice, option
 from grpo_lightning.config.nodes import PluginNodes
 
@@ -36,20 +27,21 @@ class AlgorithmConfig(PluginNodes):
     (``algorithm.sapo.tau_pos``, ``algorithm.icepop.upper``): every node exists, selected or not, so switching
     ``policy_loss`` on the command line never changes which keys are valid."""
 
-    node_registries = (POLICY_LOSSES, CORRECTIONS)
+    node_registries = ("grpo_lightning.algorithm:POLICY_LOSSES", "grpo_lightning.algorithm.corrections:CORRECTIONS")
 
     policy_loss: str = option("grpo", "Registered policy loss (grpo_lightning/algorithm/policy_loss.py).")
     advantage_estimator: str = option(
         "grpo", "Registered advantage estimator (grpo_lightning/algorithm/advantages.py)."
     )
     beta: float = option(0.04, "KL coefficient (>= 0); 0 loads no reference model.")
-    kl_estimator: str = option("k3", f"Per-token KL estimator, one of {KL_ESTIMATORS.names}.")
+    kl_estimator: str = option("k3", "Registered per-token KL estimator: k1, k2, k3 (grpo_lightning/algorithm/kl.py).")
     loss_agg: str = option(
-        "seq_mean_token_mean", f"Loss aggregation for policy and KL terms, one of {LOSS_AGG_MODES.names}."
+        "seq_mean_token_mean",
+        "Registered loss aggregation of the policy and KL terms (grpo_lightning/algorithm/aggregation.py).",
     )
     advantage_scale: str = option(
         "group",
-        f"advantage_estimator=grpo: scaling of the centered rewards, one of {ADVANTAGE_SCALES} (none: Dr. GRPO).",
+        "advantage_estimator=grpo: scaling of the centered rewards, group, batch or none (none: Dr. GRPO).",
     )
     advantage_eps: float = option(1e-6, "Added to the std when scaling advantages.")
     num_iterations: int = option(1, "Optimizer passes over each generation batch (mu); 1 makes the ratio exactly 1.")
@@ -76,21 +68,38 @@ class AlgorithmConfig(PluginNodes):
     )
     correction_mode: str = option(
         "decoupled",
-        f"Which log-probs are old, one of {CORRECTION_MODES}: the trainer's recompute, or the engine's (bypass).",
+        "Which log-probs are old, decoupled or bypass: the trainer's recompute, or the engine's (bypass).",
     )
     truncated_sampling: str = option(
         "replay",
-        f"With rollout.top_p < 1 or top_k > 0, one of {TRUNCATED_SAMPLING}: score the engine's kept set, or refuse.",
+        "With rollout.top_p < 1 or top_k > 0, replay or refuse: score the engine's kept set, or refuse.",
     )
-    is_level: str = option("none", f"Deprecated: algorithm.corrections=[tis_token] or [tis_seq]; one of {IS_LEVELS}.")
+    is_level: str = option(
+        "none", "Deprecated: algorithm.corrections=[tis_token] or [tis_seq]; none, token or sequence."
+    )
     is_cap: float = option(2.0, "Deprecated: algorithm.tis_token.cap / tis_seq.cap (with is_level only, > 0).")
     entropy_coef: float = option(0.0, "Entropy bonus: loss -= entropy_coef x aggregate(entropy); 0 turns it off.")
-    lr_schedule: str = option("constant", f"Learning-rate schedule after the warm-up, one of {LR_SCHEDULES}.")
+    lr_schedule: str = option("constant", "Learning-rate schedule after the warm-up: constant, linear or cosine.")
     mask_truncated: bool = option(
         False, "Drop completions cut at rollout.max_new_tokens (no EOS) from the loss (DAPO's overlong filtering)."
     )
 
     def check_fields(self, p: str) -> list[str]:
+        from grpo_lightning.algorithm import (  # noqa: PLC0415  (torch: only when names are checked)
+            ADVANTAGE_ESTIMATORS,
+            ADVANTAGE_SCALES,
+            IS_LEVELS,
+            KL_ESTIMATORS,
+            LOSS_AGG_MODES,
+            POLICY_LOSSES,
+        )
+        from grpo_lightning.algorithm.corrections import (  # noqa: PLC0415
+            CORRECTION_MODES,
+            correction_problems,
+        )
+        from grpo_lightning.algorithm.lr_schedule import LR_SCHEDULES  # noqa: PLC0415
+        from grpo_lightning.algorithm.truncation import TRUNCATED_SAMPLING  # noqa: PLC0415
+
         problems: list[str] = []
         for registry in (POLICY_LOSSES, ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES):
             field = registry.config_field.rpartition(".")[2]
@@ -103,6 +112,11 @@ class AlgorithmConfig(PluginNodes):
         if self.policy_loss in POLICY_LOSSES:
             problems += correction_problems(self, POLICY_LOSSES[self.policy_loss].correction_levels, p)
         choice(problems, f"{p}lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        return problems + self.value_problems(p)
+
+    def value_problems(self, p: str) -> list[str]:
+        """The rules that need no registry (no torch): what the CLI checks before heavy imports."""
+        problems: list[str] = []
         m = self.micro_batch_size
         check(
             problems,

@@ -13,6 +13,7 @@ import typing
 from dataclasses import field, fields, is_dataclass
 from typing import Any
 
+from grpo_lightning.config.trl_names import trl_hint
 from grpo_lightning.errors import ConfigError
 
 
@@ -52,6 +53,9 @@ def closest_key(name: str, choices: list[str]) -> str | None:
 
 
 def unknown_key_message(key: str, choices: list[str]) -> str:
+    trl = trl_hint(key) if "." not in key else None
+    if trl is not None:
+        return f"{key} is not a config field; did you mean {trl[0]}? ({trl[1]} is TRL's name)"
     hint = closest_key(key, choices)
     return f"{key} is not a config field" + (f"; did you mean {hint}?" if hint else "")
 
@@ -114,9 +118,12 @@ class Schema:
     def __setattr__(self, name: str, value: Any) -> None:
         known = getattr(type(self), "__dataclass_fields__", None)
         if known is not None and name not in known and not name.startswith("_"):
+            hint = closest_key(name, list(known))
+            trl = trl_hint(name) if type(self).__name__ == "TrainConfig" else None
+            hint = f"cfg.{trl[0]} ({trl[1]} is TRL's name)" if trl else (repr(hint) if hint else None)
             raise UnknownFieldError(
                 f"{type(self).__name__} has no field {name!r}"
-                + (f"; did you mean {hint!r}?" if (hint := closest_key(name, list(known))) else "")
+                + (f"; did you mean {hint}?" if hint else "")
                 + f" Fields: {sorted(known)}"
             )
         object.__setattr__(self, name, value)

@@ -20,6 +20,7 @@ and :func:`finish` on what Hydra composed; :func:`compose` does both for Python 
 
 from __future__ import annotations
 
+import sys
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -37,9 +38,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from grpo_lightning.config.base import unknown_key_message
+from grpo_lightning.config.effective import apply_model_defaults
 from grpo_lightning.config.nodes import with_plugin_nodes
 from grpo_lightning.config.task import TASKS, TaskConfig
 from grpo_lightning.config.train import TrainConfig
+from grpo_lightning.config.trl_names import trl_alias, trl_problem
 from grpo_lightning.errors import ConfigError
 from grpo_lightning.registry import load_plugins
 
@@ -87,6 +90,7 @@ class Plan:
     hydra: list[str] = field(default_factory=list)
     deferred: list[Override] = field(default_factory=list)
     plugins: list[str] = field(default_factory=list)
+    explicit: set[str] = field(default_factory=set)  # keys the command line sets: a model's defaults leave them
     task: str | None = DEFAULT_TASK  # None: a task file of the user's own, known once composed
 
 
@@ -179,11 +183,16 @@ def _unknown_override_keys(
     keys are left to :func:`finish` when the task is not known yet (``task``: None)."""
     known, problems = set(keys), []
     heads = {k for k in keys if "." not in k} - ({"task"} if task is None else set())
+    groups = {d.name for d in CONF_DIR.iterdir() if d.is_dir()} | {"hydra", "task"}
     for _, o in parsed:
-        if o is None or not _plain(o) or "." not in o.key_or_group:
+        if o is None or not _plain(o):
             continue
         key = o.key_or_group
-        if key.split(".", 1)[0] not in heads or key in known or any(key.startswith(d + ".") for d in dicts):
+        head = key.split(".", 1)[0]
+        if head not in heads and head not in groups and head not in known:  # bad.key=1, learning_rat=1
+            problems.append(unknown_key_message(key, keys))
+            continue
+        if "." not in key or head not in heads or key in known or any(key.startswith(d + ".") for d in dicts):
             continue
         message = unknown_key_message(key, keys)
         if key.startswith("task."):
@@ -198,10 +207,34 @@ def _fields_of(cls: type | None) -> set[str]:
     return {f.name for f in fields(cls)} if cls is not None else set()
 
 
+def trl_overrides(overrides: list[str] | tuple[str, ...], say: bool = True) -> list[str]:
+    """TRL's ``GRPOConfig`` names renamed to ours where they mean the same (``learning_rate=1e-6``
+    -> ``algorithm.lr=1e-6``, said on stderr); a TRL name whose meaning differs is an error that
+    names our key and the value to write (config/trl_names.py)."""
+    out, problems = [], []
+    top = {f.name for f in fields(TrainConfig)}
+    for text in overrides:
+        o = _parse(text)
+        key = o.key_or_group if o is not None else ""
+        if o is None or "." in key or key in top or not _plain(o):
+            out.append(text)
+        elif o.type == OverrideType.CHANGE and (ours := trl_alias(key)) is not None:
+            out.append(f"{ours}={text.split('=', 1)[1]}")
+            if say:
+                print(f"note: TRL's {key} is {ours} here", file=sys.stderr)
+        elif (problem := trl_problem(key, o.value())) is not None and o.type == OverrideType.CHANGE:
+            problems.append(problem)
+        else:
+            out.append(text)
+    if problems:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
+    return out
+
+
 def plan(overrides: list[str] | tuple[str, ...], load: bool = True, config_name: str = "train") -> Plan:
-    """Phase 1: import ``plugins`` / ``task.reward_modules``, store the chosen task's schema,
-    refuse unknown keys and hold back dict assignments."""
-    parsed = [(text, _parse(text)) for text in overrides]
+    """Phase 1: rename TRL's names, import ``plugins`` / ``task.reward_modules``, store the chosen
+    task's schema, refuse unknown keys and hold back dict assignments."""
+    parsed = [(text, _parse(text)) for text in trl_overrides(overrides)]
     result = Plan()
     for _, o in parsed:
         if o is not None and o.key_or_group in ("plugins", "task.reward_modules") and _plain(o):
@@ -223,6 +256,7 @@ def plan(overrides: list[str] | tuple[str, ...], load: bool = True, config_name:
             result.hydra.append(text)
             continue
         key = o.key_or_group
+        result.explicit.add(key)
         whole_dict = o.type == OverrideType.CHANGE and key in dicts and not o.is_sweep_override()
         if whole_dict and isinstance(o.value(), dict):
             held.add(key)
@@ -276,8 +310,9 @@ def unknown_keys(node: Any, cls: type, prefix: str = "") -> list[str]:
     return found
 
 
-def finish(cfg: DictConfig, deferred: list[Override] = ()) -> TrainConfig:
-    """Phase 2's end: apply held-back overrides, refuse unknown keys, return the typed config.
+def finish(cfg: DictConfig, deferred: list[Override] = (), explicit: set[str] = frozenset()) -> TrainConfig:
+    """Phase 2's end: apply held-back overrides, refuse unknown keys, put the model's defaults in
+    place of group defaults not in ``explicit`` (config/effective.py), return the typed config.
 
     ``cfg`` is changed in place (it is what the logger records)."""
     for o in deferred:
@@ -302,7 +337,10 @@ def finish(cfg: DictConfig, deferred: list[Override] = ()) -> TrainConfig:
     if cfg.task.reward_modules:  # imported like plugins; their top-level functions are rewards by name
         with open_dict(cfg):
             cfg.plugins = list(dict.fromkeys([*cfg.plugins, *cfg.task.reward_modules]))
-    return OmegaConf.to_object(cfg)
+    built = OmegaConf.to_object(cfg)
+    for key, value in apply_model_defaults(built, explicit).items():
+        OmegaConf.update(cfg, key, value)
+    return built
 
 
 def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "train") -> tuple[TrainConfig, DictConfig]:
@@ -315,4 +353,4 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "tra
         cause = err.__cause__ or err.__context__
         detail = f" ({str(cause).splitlines()[0]})" if cause is not None else ""
         raise ConfigError(f"{str(err).splitlines()[0]}{detail}") from None
-    return finish(cfg, steps.deferred), cfg
+    return finish(cfg, steps.deferred, steps.explicit), cfg

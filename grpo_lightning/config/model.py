@@ -9,6 +9,22 @@ from typing import Any, Optional
 from grpo_lightning.config.base import Schema, check, choice, option
 
 MODEL_DTYPES = ("float32", "bfloat16", "float16", "auto")
+
+# Defaults that depend on the model, by model.name_or_path: they replace a group's default when
+# that model is chosen (config/effective.py says when). The groups' own defaults suit the in-code
+# tiny model (lr 3e-4, 4 new tokens: answers of one or two digits); a pretrained model needs a far
+# smaller lr and room to answer. A folder or hub name brings none: set algorithm.lr for it.
+MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "tiny": {},
+    "smollm2_135m": {"algorithm.lr": 2e-5, "rollout.max_new_tokens": 64},
+}
+
+
+def model_defaults(name_or_path: str) -> dict[str, Any]:
+    """The defaults ``model.name_or_path`` brings (dotted key -> value)."""
+    return MODEL_DEFAULTS.get(name_or_path, {})
+
+
 CHECKPOINTING_MODES = ("auto", "true", "false")
 
 

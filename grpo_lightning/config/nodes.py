@@ -18,6 +18,7 @@ exactly as a user's file is, so the schema layer imports nothing above it.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import typing
 from dataclasses import field, fields, is_dataclass, make_dataclass
 from typing import Any, ClassVar
@@ -30,15 +31,27 @@ from grpo_lightning.registry import Registry, load_plugins
 class PluginNodes(Schema):
     """A config group with one node per registered entry that declares options."""
 
-    node_registries: ClassVar[tuple[Registry, ...]] = ()
+    # A Registry, or "module:NAME" for one defined in a module imported only when the nodes are
+    # needed (the algorithm registries live beside torch code: the CLI's first checks skip them).
+    node_registries: ClassVar[tuple[Registry | str, ...]] = ()
     builtin_modules: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def registries(cls) -> list[Registry]:
+        found = []
+        for entry in cls.node_registries:
+            if isinstance(entry, str):
+                module, _, name = entry.partition(":")
+                entry = getattr(importlib.import_module(module), name)
+            found.append(entry)
+        return found
 
     @classmethod
     def node_options(cls) -> dict[str, type]:
         """Node name -> options dataclass, for every registered entry that declares options."""
         load_plugins(cls.builtin_modules)
         nodes: dict[str, type] = {}
-        for registry in cls.node_registries:
+        for registry in cls.registries():
             for name in registry:
                 options = registry.options(name)
                 if options is None:

@@ -20,13 +20,16 @@ arithmetic task's own options (``ArithmeticTaskConfig``) once the tasks are regi
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Optional
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 from grpo_lightning.config.base import Schema, check, option
-from grpo_lightning.registry import Registry
+from grpo_lightning.registry import Registry, load_plugins
 
+TASK_CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "task"
 NAME_HELP = "The task: a name registered in grpo_lightning.tasks.TASKS (or by a plugin)."
 
 
@@ -72,12 +75,17 @@ class TaskConfig(Schema):
     )
 
     def promoted(self) -> TaskConfig:
-        """These options as the named task's own options class (its defaults for the fields the
-        base lacks); ``self`` when they already are, or when the name is not registered."""
+        """These options as the named task's own options (:func:`task_options`: its class and
+        conf/task file), keeping the fields set here to other than TaskConfig's defaults; ``self``
+        when they already are the task's class, or when the name is not registered."""
         cls = TASKS.options(self.name) if self.name in TASKS else None
         if cls is None or isinstance(self, cls) or type(self) is not TaskConfig:
             return self
-        return cls(**{f.name: getattr(self, f.name) for f in fields(TaskConfig)})
+        base = TaskConfig(name=self.name)
+        changed = {
+            f.name: getattr(self, f.name) for f in fields(TaskConfig) if getattr(self, f.name) != getattr(base, f.name)
+        }
+        return task_options(self.name, **changed)
 
     def check_fields(self, p: str) -> list[str]:
         promoted = self.promoted()
@@ -89,7 +97,7 @@ class TaskConfig(Schema):
         elif not isinstance(self, cls := TASKS.options(self.name) or TaskConfig):
             problems.append(
                 f"{p}name={self.name!r} but the options are a {type(self).__name__}; "
-                f"task={self.name} takes a {cls.__name__}"
+                f"task={self.name} takes a {cls.__name__} (in Python: cfg.task = {self.name!r})"
             )
         check(problems, bool(self.rewards), f"{p}rewards is empty; name at least one reward function")
         check(
@@ -103,8 +111,41 @@ class TaskConfig(Schema):
         return problems
 
 
+def task_options(name: str, **values) -> TaskConfig:
+    """Task ``name``'s options as ``task=<name>`` composes them: its options class, then what
+    conf/task/<name>.yaml sets (its rewards, correctness_reward, prompts), then ``values``. So
+    switching the task in Python (``cfg.task = "gsm"``) resets every field that depends on it."""
+    cls = TASKS.options(name) or TaskConfig
+    file = TASK_CONF_DIR / f"{name}.yaml"
+    # As compose.schema(): a task with a conf file starts from no rewards, and its file names them.
+    from_file = {"rewards": {}, **OmegaConf.to_container(OmegaConf.load(file))} if file.is_file() else {}
+    from_file.pop("defaults", None)
+    return cls(**{**from_file, "name": name, **values})
+
+
 class TaskRegistry(Registry):
-    """The registry of tasks; each one's options also become the Hydra config ``task_schema/<name>``."""
+    """The registry of tasks; each one's options also become the Hydra config ``task_schema/<name>``.
+
+    The built-in tasks (``grpo_lightning.tasks``, which imports the rewards and torch) register on
+    the first look at the entries, not when the package is imported: the CLI checks a command
+    line before any heavy import."""
+
+    builtin_module = "grpo_lightning.tasks"
+
+    def __init__(self, kind: str, config_field: str):
+        self._builtins_loaded = False
+        super().__init__(kind, config_field)
+
+    @property
+    def entries(self) -> dict:
+        if not self._builtins_loaded:
+            self._builtins_loaded = True  # before the import: the tasks' own registrations read entries
+            load_plugins([self.builtin_module])
+        return self._entries
+
+    @entries.setter
+    def entries(self, value: dict) -> None:
+        self._entries = value
 
     def add(self, name: str, entry, *, options: type | None = None):
         entry = super().add(name, entry, options=options)

@@ -10,7 +10,6 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from grpo_lightning.algorithm.truncation import truncated_sampling_refusal
 from grpo_lightning.config.algorithm import AlgorithmConfig
 from grpo_lightning.config.base import Schema, check, option
 from grpo_lightning.config.eval import EvalConfig
@@ -18,7 +17,7 @@ from grpo_lightning.config.health import HealthConfig
 from grpo_lightning.config.logger import LoggerConfig
 from grpo_lightning.config.model import ModelConfig
 from grpo_lightning.config.rollout import RolloutConfig
-from grpo_lightning.config.task import TaskConfig
+from grpo_lightning.config.task import TaskConfig, task_options
 from grpo_lightning.config.trainer import TrainerConfig
 from grpo_lightning.errors import ConfigError, PluginError
 from grpo_lightning.registry import load_plugins
@@ -100,7 +99,10 @@ class TrainConfig(Schema):
         check(
             problems,
             a.truncated_sampling != "refuse" or (r.top_p >= 1.0 and r.top_k == 0),
-            truncated_sampling_refusal(r.top_p, r.top_k),
+            f"rollout.top_p={r.top_p} / rollout.top_k={r.top_k} truncate the engine's distribution while "
+            "algorithm.truncated_sampling=refuse: a trainer scoring the full softmax would see every token off by "
+            "log(kept mass), biasing the ratio and every correction; set algorithm.truncated_sampling=replay, or "
+            "rollout.top_p=1.0 rollout.top_k=0",
         )
         p_ = str(t.precision)
         if m.dtype in ("bfloat16", "float16") and p_.endswith("-mixed"):
@@ -117,6 +119,13 @@ class TrainConfig(Schema):
                 "one of " + _PRECISION_CHOICES
             )
         return problems
+
+    def __setattr__(self, name: str, value) -> None:
+        # Switching the task after construction resets the fields that depend on it (rewards,
+        # correctness_reward, prompts): cfg.task = "gsm", or a TaskConfig(name=...) with changes.
+        if name == "task" and "task" in self.__dict__:
+            value = task_options(value) if isinstance(value, str) else value.promoted()
+        super().__setattr__(name, value)
 
     def plugin_entries(self) -> list[str]:
         """``plugins`` plus ``task.reward_modules``, each once, in order."""

@@ -146,9 +146,10 @@ def max_prompt_tokens(context: int | None, cfg) -> int:
     return (context or 1 << 30) - cfg.rollout.max_new_tokens
 
 
-def prompt_check(cfg):
+def prompt_check(cfg, loaded: tuple | None = None):
     """``check(records, source)``: the tokenizer and context of ``cfg.model`` (loaded without
-    the weights) against every prompt of every task; None if no tokenizer loads. With
+    the weights; or ``loaded``: a given tokenizer and context) against every prompt of every task;
+    None if no tokenizer loads. With
     ``task.truncate_prompts`` it says how many prompts will be cut instead of stopping."""
     from lightning.pytorch.utilities import rank_zero_warn
 
@@ -156,7 +157,7 @@ def prompt_check(cfg):
     from grpo_lightning.models.loading import load_tokenizer
 
     try:
-        tokenizer, context = load_tokenizer(cfg.model)
+        tokenizer, context = loaded if loaded is not None else load_tokenizer(cfg.model)
     except ConfigError:  # a model that cannot load: said after the data, whose errors need no model
         return None
     if tokenizer is None:

@@ -160,7 +160,7 @@ def test_an_explicit_micro_batch_size_that_does_not_divide_fails_naming_the_divi
 
 def _yaml_leaves(node: dict, prefix: str = ""):
     for key, value in node.items():
-        if isinstance(value, dict) and value and key not in ("rewards", "dataset_options"):
+        if isinstance(value, dict) and value and key not in ("rewards", "dataset_options", "sources"):
             yield from _yaml_leaves(value, f"{prefix}{key}.")
         else:
             yield f"{prefix}{key}", value
