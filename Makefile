@@ -36,11 +36,14 @@ smollm2-demo: $(STAMP)
 	$(PY) examples/smollm2_reasoning_gym.py --dataset products -- +task.dataset_options.max_digits=1
 
 # --durations=20: the slowest 20 tests, printed at the end, keep the suite's budget visible.
+# -n: one pytest-xdist worker per CPU (each test runs torch on one thread); --dist loadgroup keeps
+# the tests of the session's vLLM engine and server on one worker (tests/conftest.py).
+TEST_WORKERS ?= logical
 test: $(STAMP)
-	$(PY) -m pytest tests -q --durations=20
+	$(PY) -m pytest tests -q -n $(TEST_WORKERS) --dist loadgroup --durations=20
 
 test-fast: $(STAMP)
-	$(PY) -m pytest tests/unit -q -m "not slow"
+	$(PY) -m pytest tests/unit -q -m "not slow" -n $(TEST_WORKERS)
 
 # benchmarks/ is not linted yet: its scripts import optional packages inside functions (TODO).
 LINT_PATHS := grpo_lightning tests examples

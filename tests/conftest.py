@@ -27,6 +27,13 @@ def length_reward(prompts, completions, **_):
     return [len(c) / 10 for c in completions]
 
 
+@pytest.fixture(autouse=True)
+def _own_working_folder(tmp_path, monkeypatch):
+    """Each test runs in its own folder, so runs that default to ./outputs never share (or lock)
+    one, tests run in parallel (``make test`` uses pytest-xdist), and nothing lands in the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     return build_char_tokenizer()
@@ -185,3 +192,11 @@ def vllm_server():
     engine = VLLMServerEngine.from_policy(build_tiny_policy(tokenizer), tokenizer, settings, seed=0)
     yield engine
     engine.close()
+
+
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (``--dist loadgroup``), every test of the session's vLLM engine or server
+    runs on one worker, so each is started once, not once per worker."""
+    for item in items:
+        if {"vllm_session", "vllm_server"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("vllm"))

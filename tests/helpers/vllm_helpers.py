@@ -27,7 +27,7 @@ def small_config(
     cfg = TrainConfig()
     cfg.logger.kind = "none"
     cfg.trainer.max_steps = steps
-    cfg.trainer.output_dir = "/tmp/grpo-vllm-tests"
+    # output_dir stays the default ./outputs: each test runs in its own folder (tests/conftest.py)
     cfg.rollout.engine = "vllm"
     cfg.rollout.mode = mode
     cfg.rollout.max_staleness = staleness

@@ -27,7 +27,7 @@ def train_default_task(engine_kind: str, engine=None) -> list[float]:
     cfg = TrainConfig()
     cfg.logger.kind = "none"
     cfg.trainer.max_steps = STEPS
-    cfg.trainer.output_dir = "/tmp/grpo-vllm-tests"
+    # output_dir stays the default ./outputs: each test runs in its own folder (tests/conftest.py)
     cfg.rollout.engine = engine_kind
     run = build_run(cfg, engine=engine)
     log = RewardLog()
