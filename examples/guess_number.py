@@ -24,14 +24,14 @@ from grpo_lightning.tasks.guess_number import GuessNumberEnv, GuessNumberTaskCon
 EVAL_PROMPTS = 32  # x num_generations games per evaluation
 
 
-def config(seed: int, steps: int, lr: float) -> TrainConfig:
+def config(seed: int, steps: int, lr: float, group: int) -> TrainConfig:
     cfg = TrainConfig()
     cfg.task = GuessNumberTaskConfig()
     cfg.trainer.max_steps, cfg.trainer.seed = steps, seed
     cfg.logger.kind = "none"
     cfg.health.enabled = False
     cfg.algorithm.beta, cfg.algorithm.lr = 0.0, lr
-    cfg.rollout.max_new_tokens, cfg.rollout.num_generations, cfg.rollout.prompts_per_step = 3, 8, 16
+    cfg.rollout.max_new_tokens, cfg.rollout.num_generations, cfg.rollout.prompts_per_step = 3, group, 128 // group
     cfg.trainer.output_dir = f"outputs/guess_number_seed{seed}"
     return cfg
 
@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--group", type=int, default=8, help="Episodes per game (G); 128 per step in all.")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     rows = []
@@ -82,7 +83,7 @@ def main() -> None:
     for name in ("random", "optimal"):
         rows.append((name, "-", play_scripted(name, EVAL_PROMPTS * 8, max_turns, seed=0)))
     for seed in args.seeds:
-        cfg = config(seed, args.steps, args.lr)
+        cfg = config(seed, args.steps, args.lr, args.group)
         run = build_run(cfg)
         run.module.rollout.setup(run.module.policy)
         before = play_policy(run, step=10**6)
