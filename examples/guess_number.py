@@ -73,9 +73,9 @@ def play_scripted(strategy: str, games: int, max_turns: int, seed: int) -> dict[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--group", type=int, default=8, help="Episodes per game (G); 128 per step in all.")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--group", type=int, default=16, help="Episodes per game (G); 128 per step in all.")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     rows = []
