@@ -26,7 +26,7 @@ EVAL_PROMPTS = 32  # x num_generations games per evaluation
 
 def config(seed: int, steps: int, lr: float, group: int) -> TrainConfig:
     cfg = TrainConfig()
-    cfg.task = GuessNumberTaskConfig()
+    cfg.task = GuessNumberTaskConfig(correctness_reward=None, val_fraction=0.0)
     cfg.trainer.max_steps, cfg.trainer.seed = steps, seed
     cfg.logger.kind = "none"
     cfg.health.enabled = False

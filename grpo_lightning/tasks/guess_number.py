@@ -14,7 +14,6 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from typing import Optional
 
 from grpo_lightning.config.base import check, option
 from grpo_lightning.config.task import TASKS, task_name
@@ -32,9 +31,8 @@ class GuessNumberTaskConfig(EpisodeTaskConfig):
     rewards: dict[str, float] = option(
         {"environment": 1.0}, "Reward function name -> weight (environment: the game's)."
     )
-    # Hydra's structured configs take Optional, not "str | None".
-    correctness_reward: Optional[str] = option(None, "No single-turn held-out evaluation for a game: null.")  # noqa: UP045
-    val_fraction: float = option(0.0, "Share of the games held out (none: every game is drawn from the reset seed).")
+    # correctness_reward: null and val_fraction: 0 are in conf/task/guess_number.yaml (a promoted base config
+    # takes the shared keys from TaskConfig); from Python, pass correctness_reward=None.
     max_turns: int = option(6, "Guesses per game at most (stop reason max_turns).")
     max_number: int = option(8, "The hidden number is drawn from 1..max_number.")
     turn_cost: float = option(0.1, "Reward lost per guess after the first; solving earns 1 - turn_cost x (turns - 1).")

@@ -13,7 +13,7 @@ from grpo_lightning.tasks.guess_number import GuessNumberTaskConfig
 @pytest.mark.slow
 def test_guess_number_trains_on_vllm_with_aligned_engine_logprobs(vllm_session, tmp_path):
     cfg = TrainConfig()
-    cfg.task = GuessNumberTaskConfig()
+    cfg.task = GuessNumberTaskConfig(correctness_reward=None)
     cfg.logger.kind, cfg.trainer.output_dir, cfg.trainer.max_steps = "none", str(tmp_path), 1
     cfg.rollout.engine, cfg.rollout.num_generations, cfg.rollout.prompts_per_step = "vllm", 4, 2
     cfg.rollout.max_new_tokens, cfg.rollout.vllm.max_model_len = 3, 128
