@@ -1,0 +1,94 @@
+"""An episode's limits, each one a named stop reason, and the options of a task played in an environment.
+
+Per-turn and total budgets are kept apart (the anchors' users hit prompt + max_tokens beyond the
+context on later turns): a turn may sample at most ``min(rollout.max_new_tokens, context left,
+total budget left)`` tokens. Timeouts come in two kinds: the step timeout bounds one
+``reset``/``step`` call, the episode timeout the whole episode. Both stop waiting at once; a
+synchronous environment running in a thread can only be abandoned there, not stopped (a
+thread cannot be killed): put CPU-bound or untrusted work in a subprocess of your own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from grpo_lightning.config.base import check, option
+from grpo_lightning.config.task import TaskConfig
+
+# Why an episode ended. "done": the environment said so; the others are limits or failures.
+DONE = "done"
+MAX_TURNS = "max_turns"
+MAX_TOTAL_TOKENS = "max_total_tokens"  # the episode's token budget (prompt + every turn) is spent
+CONTEXT = "context"  # no room left in the model's context for another turn
+EPISODE_TIMEOUT = "episode_timeout"
+STEP_TIMEOUT = "step_timeout"
+ENV_ERROR = "env_error"
+STOP_REASONS = (DONE, MAX_TURNS, MAX_TOTAL_TOKENS, CONTEXT, EPISODE_TIMEOUT, STEP_TIMEOUT, ENV_ERROR)
+FAILURES = frozenset({EPISODE_TIMEOUT, STEP_TIMEOUT, ENV_ERROR})  # masked out of the loss, never dropped
+
+
+@dataclass(frozen=True)
+class EpisodeLimits:
+    """The limits one episode runs under (from :class:`EpisodeTaskConfig` and ``rollout.max_new_tokens``)."""
+
+    max_turns: int = 8
+    max_turn_tokens: int = 64  # new tokens per model turn, before the context and total budgets cut it
+    max_total_tokens: int | None = None  # prompt + every turn; None: the context only
+    context: int | None = None  # the model's context (max_position_embeddings); None: unbounded
+    episode_timeout_s: float | None = None
+    step_timeout_s: float | None = None
+
+    def turn_budget(self, used: int) -> int:
+        """New tokens the next turn may sample after ``used`` tokens: never past the context or the total."""
+        budget = self.max_turn_tokens
+        for bound in (self.context, self.max_total_tokens):
+            if bound is not None:
+                budget = min(budget, bound - used)
+        return max(budget, 0)
+
+    def out_of_room(self, used: int) -> str | None:
+        """The stop reason when no further turn fits after ``used`` tokens, else None."""
+        if self.max_total_tokens is not None and used >= self.max_total_tokens:
+            return MAX_TOTAL_TOKENS
+        if self.turn_budget(used) <= 0:
+            return CONTEXT if self.context is not None and used >= self.context else MAX_TOTAL_TOKENS
+        return None
+
+    def horizon(self) -> int:
+        """The most tokens an episode can sample: the horizon of seq_mean_token_sum_norm (constant per run,
+        whatever the environment's messages cost)."""
+        total = self.max_turns * self.max_turn_tokens
+        return total if self.max_total_tokens is None else min(total, self.max_total_tokens)
+
+
+@dataclass
+class EpisodeTaskConfig(TaskConfig):
+    """The options every task played in an environment shares (its limits and rewards)."""
+
+    environment: str = option("", "The environment: a name registered in grpo_lightning.environments.ENVIRONMENTS.")
+    max_turns: int = option(8, "Model turns per episode at most (stop reason max_turns).")
+    max_total_tokens: Optional[int] = option(
+        None, "Prompt + every turn's tokens at most (stop reason max_total_tokens); null: the model's context."
+    )
+    episode_timeout_s: Optional[float] = option(
+        None, "Seconds an episode may take; then it fails (masked out, counted). null: no limit."
+    )
+    step_timeout_s: Optional[float] = option(
+        None, "Seconds one environment reset/step may take; then the episode fails. null: no limit."
+    )
+    failed_reward: float = option(0.0, "Reward of a failed episode (env error, timeout) in its group's statistics.")
+    reward_aggregator: str = option("sum", "How per-step environment rewards become one: a REWARD_AGGREGATORS name.")
+    chat_template_override: Optional[str] = option(
+        None, "A Jinja chat template used instead of the tokenizer's for episodes; null: the tokenizer's (or plain)."
+    )
+
+    def check_fields(self, p: str) -> list[str]:
+        problems = super().check_fields(p)
+        check(problems, self.max_turns >= 1, f"{p}max_turns={self.max_turns} must be >= 1")
+        total = self.max_total_tokens
+        check(problems, total is None or total >= 2, f"{p}max_total_tokens={total} must be >= 2 (null = the context)")
+        for name in ("episode_timeout_s", "step_timeout_s"):
+            value = getattr(self, name)
+            check(problems, value is None or value > 0, f"{p}{name}={value} must be > 0 (null = no limit)")
+        return problems

@@ -1,0 +1,104 @@
+"""Token ids of an episode from the chat template, without ever re-encoding what the model sampled.
+
+The prompt is rendered once (:meth:`ChatRenderer.prompt_ids`). After each model turn, the
+environment's messages become ids by comparing renders (:meth:`ChatRenderer.env_ids`): a
+stand-in conversation ``[user, assistant(SENTINEL)]`` is rendered with and without the new
+messages; what follows the sentinel is the template's turn close, the new messages and the
+next assistant header. The sampled ids stay as they were sampled; only the boundary is
+reconciled: when the model's last token is a stop token whose text opens the template's turn
+close (``<|im_end|>`` sampled, ``<|im_end|>\\n`` rendered), that much of the close is not
+appended twice; the rest of it (the ``\\n``) is. A turn cut by a limit (no stop token) gets
+the whole close. Why a stand-in rather than the real history: the sampled text would have to
+be decoded and re-rendered, the re-tokenization drift this module exists to avoid.
+
+A tokenizer without a chat template (the tiny character model) uses :data:`PLAIN_TEMPLATE`:
+the messages' contents one after another, the BOS token first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from grpo_lightning.environments.base import Message
+
+SENTINEL = "\u27e6SAMPLED\u27e7"  # stands for the model's turn in the stand-in conversation
+STAND_IN_USER = "\u27e6USER\u27e7"
+PLAIN_TEMPLATE = "{% if bos_token %}{{ bos_token }}{% endif %}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+
+
+class TemplateError(ValueError):
+    """The chat template cannot give environment ids by comparing renders (the message says why)."""
+
+
+class ChatRenderer:
+    """Renders an episode's prompt and environment messages to ids with one tokenizer's chat template.
+
+    ``chat_template`` overrides the tokenizer's (a shipped, prefix-preserving template);
+    ``stop_ids`` are the tokens that end a model turn (the tokenizer's EOS when not given).
+    """
+
+    def __init__(self, tokenizer: Any, chat_template: str | None = None, stop_ids: Iterable[int] | None = None):
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template or getattr(tokenizer, "chat_template", None) or PLAIN_TEMPLATE
+        if stop_ids is None:
+            eos = getattr(tokenizer, "eos_token_id", None)
+            stop_ids = [] if eos is None else [eos]
+        self.stop_ids = frozenset(int(i) for i in stop_ids)
+
+    # ----------------------------------------------------------------------- rendering
+    def render(self, messages: list[Message], tools: list[dict] | None = None, generation_prompt: bool = False) -> str:
+        """The template's text of ``messages`` (tools declared when given)."""
+        kwargs: dict[str, Any] = {"tools": tools} if tools else {}
+        return self.tokenizer.apply_chat_template(
+            messages,
+            chat_template=self.chat_template,
+            tokenize=False,
+            add_generation_prompt=generation_prompt,
+            **kwargs,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of template text (its special tokens are in the text: none are added)."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def prompt_ids(self, messages: list[Message], tools: list[dict] | None = None) -> list[int]:
+        """The episode's first observation, with the assistant header the model answers after."""
+        return self.encode(self.render(messages, tools, generation_prompt=True))
+
+    # ----------------------------------------------------------------------- environment turns
+    def turn_suffix(self, messages: list[Message], tools: list[dict] | None = None, final: bool = False) -> str:
+        """The text that follows a model turn: the template's turn close, ``messages`` and (unless
+        ``final``) the next assistant header, found by comparing two renders of a stand-in."""
+        stand_in: list[Message] = [
+            {"role": "user", "content": STAND_IN_USER},
+            {"role": "assistant", "content": SENTINEL},
+        ]
+        text = self.render(stand_in + list(messages), tools, generation_prompt=not final)
+        at = text.find(SENTINEL)
+        if at < 0:
+            raise TemplateError(
+                "the chat template does not render the assistant's content as given (it dropped or rewrote it), "
+                "so environment ids cannot be found by comparing renders; set a chat_template override"
+            )
+        if text.count(SENTINEL) > 1:
+            raise TemplateError("the chat template renders the assistant's content twice; set a chat_template override")
+        return text[at + len(SENTINEL) :]
+
+    def boundary(self, sampled_ids: list[int], suffix: str) -> str:
+        """``suffix`` less the part of the turn close that the model's stop token already is."""
+        if not sampled_ids or sampled_ids[-1] not in self.stop_ids:
+            return suffix
+        stop_text = self.tokenizer.convert_ids_to_tokens(int(sampled_ids[-1]))
+        if stop_text and suffix.startswith(stop_text):
+            return suffix[len(stop_text) :]
+        return suffix
+
+    def env_ids(self, sampled_ids: list[int], messages: list[Message], tools: list[dict] | None = None) -> list[int]:
+        """The ids to append after the model's ``sampled_ids``: the rest of the turn close, the
+        environment's ``messages`` and the next assistant header."""
+        return self.encode(self.boundary(sampled_ids, self.turn_suffix(messages, tools)))
+
+    def close_ids(self, sampled_ids: list[int]) -> list[int]:
+        """The rest of the template's turn close after the last turn (what a full render would end with)."""
+        return self.encode(self.boundary(sampled_ids, self.turn_suffix([], None, final=True)))
