@@ -22,6 +22,8 @@ from grpo_lightning.config import TrainConfig, checkpointing_mode, validate_conf
 from grpo_lightning.data import PromptDataModule
 from grpo_lightning.data.files import max_prompt_tokens, prompt_check
 from grpo_lightning.data.prompting import PromptFormatter
+from grpo_lightning.environments.limits import EpisodeTaskConfig
+from grpo_lightning.environments.rollout import EpisodeRollout
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.allocator import apply_huge_pages, huge_pages_report, release_freed_memory
 from grpo_lightning.models.compile import compile_training_models
@@ -206,6 +208,9 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
         weight_sync=WeightSync(v.sync_every, v.verify_sync, v.verify_tolerance),
         **extra,
     )
+    if isinstance(task := cfg.task.promoted(), EpisodeTaskConfig):  # multi-turn: episodes in an environment
+        context = r.vllm.max_model_len or getattr(policy.config, "max_position_embeddings", None)
+        rollout.episodes = EpisodeRollout.from_task(task, tokenizer, r.max_new_tokens, context)
     if r.dynamic_sampling:
         rollout.dynamic = DynamicSampling(datamodule.train_records, r.max_sampling_rounds)
     module = GRPOModule(

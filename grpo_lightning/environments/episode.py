@@ -210,12 +210,16 @@ class EpisodeRunner:
             raise ValueError(f"{len(rows)} rows, {len(reset_seeds)} reset seeds, {len(sample_seeds)} sample seeds")
         batcher = TurnBatcher(self.engine, self.sampling, len(rows), self.batch_window_s)
         episodes = [Episode(reset_seed=r, sample_seed=s) for r, s in zip(reset_seeds, sample_seeds, strict=True)]
+        # Synchronous environments under a step timeout run here: a pool of our own, so a thread abandoned
+        # by a timeout is left behind at the end instead of waited for (asyncio.run joins its default pool).
+        self._pool = ThreadPoolExecutor(max(len(rows), 1), thread_name_prefix="episode-env")
         server = asyncio.ensure_future(batcher.serve())
         players = [self._play_bounded(row, episode, batcher) for row, episode in zip(rows, episodes, strict=True)]
         try:
             await asyncio.gather(server, *players)
         finally:
             server.cancel()
+            self._pool.shutdown(wait=False, cancel_futures=True)
         return episodes
 
     # ----------------------------------------------------------------------- one episode
@@ -305,7 +309,8 @@ class EpisodeRunner:
         try:
             if inspect.iscoroutinefunction(fn) or timeout is None:
                 return await asyncio.wait_for(call_maybe_async(fn, *args), timeout)
-            return await asyncio.wait_for(asyncio.to_thread(fn, *args), timeout)
+            work = asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(*args))
+            return await asyncio.wait_for(work, timeout)
         except TimeoutError as err:
             raise _StepTimeout(f"{getattr(fn, '__name__', 'call')} took over {timeout} s") from err
         except asyncio.CancelledError:

@@ -13,8 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from grpo_lightning.config import TrainConfig, register_config_check
 from grpo_lightning.config.base import check, option
 from grpo_lightning.config.task import TaskConfig
+from grpo_lightning.environments import aggregators  # noqa: F401  (register the built-in aggregators)
+from grpo_lightning.environments.base import ENVIRONMENTS, REWARD_AGGREGATORS
 
 # Why an episode ended. "done": the environment said so; the others are limits or failures.
 DONE = "done"
@@ -85,6 +88,9 @@ class EpisodeTaskConfig(TaskConfig):
 
     def check_fields(self, p: str) -> list[str]:
         problems = super().check_fields(p)
+        for registry, name in ((ENVIRONMENTS, self.environment), (REWARD_AGGREGATORS, self.reward_aggregator)):
+            if (problem := registry.problem(name)) is not None:
+                problems.append(problem)
         check(problems, self.max_turns >= 1, f"{p}max_turns={self.max_turns} must be >= 1")
         total = self.max_total_tokens
         check(problems, total is None or total >= 2, f"{p}max_total_tokens={total} must be >= 2 (null = the context)")
@@ -92,3 +98,22 @@ class EpisodeTaskConfig(TaskConfig):
             value = getattr(self, name)
             check(problems, value is None or value > 0, f"{p}{name}={value} must be > 0 (null = no limit)")
         return problems
+
+
+@register_config_check
+def episode_problems(cfg: TrainConfig) -> list[str]:
+    """What episodes do not run with (yet): background generation, dynamic sampling, single-turn evaluation."""
+    task = cfg.task.promoted()
+    if not isinstance(task, EpisodeTaskConfig):
+        return []
+    problems: list[str] = []
+    why = f"task={task.name} plays episodes in an environment"
+    check(problems, cfg.rollout.mode == "sync", f"rollout.mode={cfg.rollout.mode}: {why}, in rollout.mode=sync only")
+    check(problems, not cfg.rollout.dynamic_sampling, f"rollout.dynamic_sampling=true: {why}; set it false")
+    check(
+        problems,
+        task.correctness_reward is None,
+        f"task.correctness_reward={task.correctness_reward!r}: {why}, whose held-out evaluation is not single-turn; "
+        "set it null",
+    )
+    return problems

@@ -81,6 +81,9 @@ class RolloutGenerator:
         self._weight_sync = weight_sync
         # DAPO's dynamic sampling (rollout.dynamic_sampling): set by build_run; None generates the loader's prompts only.
         self.dynamic: DynamicSampling | None = None
+        # Multi-turn episodes (grpo_lightning.environments.rollout.EpisodeRollout), set by build_run when the
+        # task names an environment: a step's batch is then played in environments instead.
+        self.episodes = None
         self._owns_engine = False  # built from the factory: this generator shuts it down
 
     # ----------------------------------------------------------------------- set-up
@@ -122,6 +125,9 @@ class RolloutGenerator:
         """Generate and score G completions for each record."""
         if self.engine is None:
             raise RuntimeError("RolloutGenerator has no engine yet: call setup(policy) (GRPOModule.setup does)")
+        if self.episodes is not None:
+            with engine_context(step, rank):
+                return self.episodes.rollout(self, records, step, rank)
         start = time.perf_counter()
         requests = self.build_requests(records, step, rank)
         with engine_context(step, rank):

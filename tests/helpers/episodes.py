@@ -42,7 +42,7 @@ class FakeEngine(EngineBase):
     def __init__(self, vocab_size: int, eos_id: int, eos_rate: float = 0.15, ids: list[int] | None = None):
         self.vocab_size, self.eos_id, self.eos_rate, self.ids = vocab_size, eos_id, eos_rate, ids
         self.requests: list[tuple[list[int], int, int]] = []  # (prompt ids, seed, max_new_tokens)
-        self.outputs: dict[tuple[int, ...], Completion] = {}  # request ids -> what was returned
+        self.outputs: dict[tuple, Completion] = {}  # (request ids, seed) -> what was returned
 
     def generate(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:
         out = []
@@ -62,7 +62,7 @@ class FakeEngine(EngineBase):
                 logprobs=[-rng.random() * 5 for _ in tokens],
             )
             self.requests.append((list(request.prompt_ids), request.seed, sampling.max_new_tokens))
-            self.outputs[tuple(request.prompt_ids)] = completion
+            self.outputs[(tuple(request.prompt_ids), request.seed)] = completion
             out.append(completion)
         return out
 

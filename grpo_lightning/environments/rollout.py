@@ -1,0 +1,172 @@
+"""Episodes as a training step's generation batch: the runner's episodes -> a scored ``RolloutBatch``.
+
+Plugged into the module's :class:`~grpo_lightning.rollout.generator.RolloutGenerator` as its
+``episodes`` (set by ``build_run`` when the task names an environment): the generator keeps
+its engine, tokenizer, scorer, seeds and weight sync; only what a step generates changes.
+A group is the G episodes of one prompt, all reset with the group's seed (run seed, rank,
+step, prompt), each sampling from its own seed (run seed, rank, step, prompt, sample).
+
+The batch's per-episode metrics go out as ``rollout/episodes/*`` (in ``RolloutBatch.timing``,
+which the module logs and the episode health checks read): turns, tool calls, parse errors,
+sampled and environment tokens, failures, and the count of each stop reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from grpo_lightning.environments import aggregators, rewards  # noqa: F401  (register the built-ins)
+from grpo_lightning.environments.base import ENVIRONMENTS, REWARD_AGGREGATORS, TOOL_PARSERS, Environment
+from grpo_lightning.environments.episode import Episode, EpisodeRunner, ToolParser
+from grpo_lightning.environments.limits import DONE, STOP_REASONS, EpisodeLimits
+from grpo_lightning.environments.render import ChatRenderer
+from grpo_lightning.rewards.scorer import RewardState
+from grpo_lightning.rollout.seeding import group_seeds, sample_seed
+from grpo_lightning.step import RolloutBatch
+
+METRICS = "rollout/episodes/"
+
+
+def reset_seed(run_seed: int, rank: int, step: int, prompt_index: int) -> int:
+    """The reset seed of a group: one per (run seed, rank, step, prompt), shared by its G episodes."""
+    return sample_seed(run_seed, rank, step, prompt_index, -1)
+
+
+class EpisodeRollout:
+    """Generates a step's batch by playing episodes (``RolloutGenerator.episodes``)."""
+
+    def __init__(
+        self,
+        make_env: Callable[[dict], Environment],
+        limits: EpisodeLimits,
+        renderer: ChatRenderer,
+        parser: ToolParser | None = None,
+        aggregator: str = "sum",
+        failed_reward: float = 0.0,
+    ):
+        self.make_env, self.limits, self.renderer, self.parser = make_env, limits, renderer, parser
+        self.aggregate = REWARD_AGGREGATORS[aggregator]
+        self.failed_reward = failed_reward
+        self.last_episodes: list[Episode] = []  # the latest batch's episodes, for reading and replay
+
+    @classmethod
+    def from_task(cls, options: Any, tokenizer: Any, max_turn_tokens: int, context: int | None) -> EpisodeRollout:
+        """The episode rollout of an :class:`~grpo_lightning.environments.limits.EpisodeTaskConfig` task."""
+        factory = ENVIRONMENTS[options.environment]
+        parser_name = getattr(options, "tool_parser", None)
+        limits = EpisodeLimits(
+            max_turns=options.max_turns,
+            max_turn_tokens=max_turn_tokens,
+            max_total_tokens=options.max_total_tokens,
+            context=context,
+            episode_timeout_s=options.episode_timeout_s,
+            step_timeout_s=options.step_timeout_s,
+        )
+        return cls(
+            lambda row: factory(options, row),
+            limits,
+            ChatRenderer(tokenizer, options.chat_template_override),
+            TOOL_PARSERS[parser_name] if parser_name else None,
+            options.reward_aggregator,
+            options.failed_reward,
+        )
+
+    def play(self, generator: Any, records: list[dict], step: int, rank: int) -> list[Episode]:
+        """G episodes per record, prompt-major, over the generator's engine."""
+        g = generator.num_generations
+        rows = [record for record in records for _ in range(g)]
+        resets = [reset_seed(generator.seed, rank, step, i) for i in range(len(records)) for _ in range(g)]
+        samples = group_seeds(generator.seed, rank, step, len(records), g)
+        runner = EpisodeRunner(
+            generator.engine, self.renderer, self.make_env, self.limits, generator.sampling, self.parser
+        )
+        self.last_episodes = runner.run(rows, resets, samples)
+        return self.last_episodes
+
+    def rollout(self, generator: Any, records: list[dict], step: int, rank: int) -> RolloutBatch:
+        start = time.perf_counter()
+        episodes = self.play(generator, records, step, rank)
+        return self.assemble(generator, records, episodes, step, time.perf_counter() - start)
+
+    def env_reward(self, episode: Episode) -> float:
+        final = episode.step_rewards[-1] if episode.stop_reason == DONE and episode.step_rewards else None
+        return float(self.aggregate(list(episode.step_rewards), final))
+
+    def assemble(
+        self, generator: Any, records: list[dict], episodes: list[Episode], step: int, seconds: float
+    ) -> RolloutBatch:
+        """Pad, score and count the episodes into the batch of ``step``."""
+        start = time.perf_counter()
+        tokenizer, n = generator.tokenizer, len(episodes)
+        rows = [record for record in records for _ in range(generator.num_generations)]
+        completions = [episode.completion() for episode in episodes]
+        pad = tokenizer.pad_token_id
+        prompt_ids, prompt_mask = RolloutBatch.pad_prompts([e.prompt_ids for e in episodes], pad)
+        completion_ids, completion_mask, finished, logprobs = RolloutBatch.pad_completions(completions, pad)
+        fields = {key: [row.get(key) for row in rows] for key in records[0] if key != "prompt"}
+        fields.update(
+            env_reward=[self.env_reward(e) for e in episodes],
+            messages=[e.messages for e in episodes],
+            info=[e.info for e in episodes],
+            stop_reason=[e.stop_reason for e in episodes],
+            num_turns=[e.num_turns for e in episodes],
+            max_new_tokens=[self.limits.horizon()] * n,
+        )
+        prompts = [e.messages[: e.num_prompt_messages] for e in episodes]
+        total, components = generator.scorer(
+            prompts,
+            [e.completion_messages for e in episodes],
+            fields,
+            completion_ids=[c.token_ids for c in completions],
+            trainer_state=RewardState(global_step=step),
+        )
+        failed = torch.tensor([e.failed for e in episodes])
+        total = torch.where(failed, torch.full_like(total, self.failed_reward), total)
+        timing = {
+            "rollout/seconds": seconds,
+            "rollout/tokens_per_s": sum(e.sampled_tokens for e in episodes) / max(seconds, 1e-9),
+            "rollout/reward_seconds": time.perf_counter() - start,
+            **episode_metrics(episodes),
+        }
+        return RolloutBatch(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            completion_ids=completion_ids,
+            completion_mask=completion_mask,
+            rewards=total,
+            group_size=generator.num_generations,
+            max_new_tokens=self.limits.horizon(),
+            temperature=generator.sampling.temperature,
+            step=step,
+            reward_components=components,
+            finished=finished,
+            engine_logprobs=logprobs,
+            prompts=tokenizer.batch_decode([e.prompt_ids for e in episodes]),
+            completions=tokenizer.batch_decode([c.token_ids for c in completions]),
+            timing=timing,
+            episode_ids=torch.arange(n),
+            **RolloutBatch.pad_token_fields(completions),
+        )
+
+
+def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
+    """Per-batch episode metrics: means per episode, and counts (``failed``, ``stop/<reason>``) the health
+    checks sum over ranks."""
+    n = max(len(episodes), 1)
+    metrics = {
+        METRICS + "count": float(len(episodes)),
+        METRICS + "failed": float(sum(e.failed for e in episodes)),
+        METRICS + "turns": sum(e.num_turns for e in episodes) / n,
+        METRICS + "tool_calls": sum(e.tool_calls for e in episodes) / n,
+        METRICS + "parse_errors": sum(e.parse_errors for e in episodes) / n,
+        METRICS + "cut_turns": sum(e.cut_turns for e in episodes) / n,
+        METRICS + "sampled_tokens": sum(e.sampled_tokens for e in episodes) / n,
+        METRICS + "env_tokens": sum(e.env_tokens for e in episodes) / n,
+    }
+    for reason in STOP_REASONS:
+        metrics[f"{METRICS}stop/{reason}"] = float(sum(e.stop_reason == reason for e in episodes))
+    return metrics
