@@ -132,7 +132,9 @@ def check_chat_template(renderer: ChatRenderer, tools: list[dict[str, Any]] | No
     return report
 
 
-def compare_with_render(renderer: ChatRenderer, first: list[Message], turns: list[tuple[str, list[Message]]], tools) -> str:
+def compare_with_render(
+    renderer: ChatRenderer, first: list[Message], turns: list[tuple[str, list[Message]]], tools
+) -> str:
     """'' when the token-in/token-out ids of a scripted episode equal a full render, else what differs."""
     stop = sorted(renderer.stop_ids)[:1]
     ids, messages = renderer.prompt_ids(first, tools), list(first)
@@ -175,6 +177,16 @@ def describe_tools(tools: list[dict[str, Any]], parser: str = "hermes") -> str:
     schemas = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
     call = CALL_FORMATS.get(parser, CALL_FORMATS["hermes"])
     return f"You can call these tools:\n{schemas}\n\nTo call one, answer with exactly:\n{call}"
+
+
+def format_call(parser: str, name: str, arguments: dict[str, Any]) -> str:
+    """One call written the way ``parser`` reads it (for examples in prompts)."""
+    if parser == "qwen3_coder":
+        params = "".join(f"<parameter={key}>\n{value}\n</parameter>\n" for key, value in arguments.items())
+        return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+    if parser == "llama3_json":
+        return json.dumps({"name": name, "parameters": arguments})
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 class ToolsInSystemPrompt:

@@ -178,6 +178,7 @@ class ToolEnvironment:
             tool_error_kinds={kind[6:]: n for kind, n in counts.items() if kind.startswith("error/")},
             parse_errors=counts["error/parse"],
             abandoned_threads=counts["abandoned_threads"],
+            episode_tool_totals=dict(self.totals),  # survives the runner merging each step's info
         )
         return step
 

@@ -12,7 +12,14 @@ given in ``plugins=[my_task.py]``. :data:`TASKS` is defined in the config layer 
 """
 
 from grpo_lightning.config.task import TASKS, TaskConfig
-from grpo_lightning.tasks import arithmetic, dataset, gsm, guess_number, reasoning_gym  # noqa: F401  (register the tasks)
+from grpo_lightning.tasks import (  # noqa: F401  (register the tasks)
+    arithmetic,
+    dataset,
+    gsm,
+    guess_number,
+    key_lookup,
+    reasoning_gym,
+)
 from grpo_lightning.tasks.arithmetic import ArithmeticTaskConfig, arithmetic_records
 from grpo_lightning.tasks.base import checked, split, task_records
 from grpo_lightning.tasks.dataset import DatasetTaskConfig
