@@ -15,6 +15,8 @@ from grpo_lightning.health.constant_reward import ConstantRewardCheck
 from grpo_lightning.health.degenerate import DegenerateOutputCheck
 from grpo_lightning.health.diversity import DiversityCheck
 from grpo_lightning.health.duplicates import CrossRankDuplicatesCheck
+from grpo_lightning.health.episode_failures import EpisodeFailuresCheck
+from grpo_lightning.health.episode_limits import EpisodeLimitsCheck
 from grpo_lightning.health.no_update import NoUpdateCheck
 from grpo_lightning.health.nonfinite import NonFiniteCheck
 from grpo_lightning.health.normalization import NormalizationCheck
@@ -34,6 +36,8 @@ __all__ = [
     "CrossRankDuplicatesCheck",
     "DegenerateOutputCheck",
     "DiversityCheck",
+    "EpisodeFailuresCheck",
+    "EpisodeLimitsCheck",
     "Finding",
     "HealthCheck",
     "HealthCheckError",
