@@ -17,12 +17,14 @@ Two things can silently go wrong (see docs/environments.md#tools):
 
 from __future__ import annotations
 
+import asyncio
 import json
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_lightning.environments.base import Message, Reset, Step, Turn, call_maybe_async
+from grpo_lightning.environments.parsers import AUTO, choose_tool_parser
 from grpo_lightning.environments.render import ChatRenderer
 
 # A scripted episode: the first messages, then (sampled assistant text, the environment's reply) per turn.
@@ -212,3 +214,21 @@ class ToolsInSystemPrompt:
 
     async def close(self) -> None:
         await call_maybe_async(self.env.close)
+
+
+def startup_report(
+    renderer: ChatRenderer, make_env: Any, row: dict[str, Any], tool_parser: str | None = AUTO, model_name: str = ""
+) -> tuple[str | None, list[str]]:
+    """What to print before the first step of a task played in an environment: the tool-call parser
+    (configured, or chosen from the template and the model's name) and the template check over the
+    tools one environment offers. Warns once about each template difference. Returns (parser, lines)."""
+    env = make_env(row)
+    try:
+        reset: Reset = asyncio.run(call_maybe_async(env.reset, 0, row))
+    finally:
+        asyncio.run(call_maybe_async(env.close))
+    tools = reset.tools or None
+    parser, line = choose_tool_parser(tool_parser or AUTO, model_name, renderer.chat_template)
+    report = check_chat_template(renderer, tools)
+    warn_once(report)
+    return parser, [line, *report.lines()]

@@ -19,9 +19,11 @@ from grpo_lightning.environments.template_checks import (
     check_chat_template,
     compare_with_render,
     resolve_chat_template,
+    startup_report,
     warn_once,
 )
 from grpo_lightning.environments.tools import ToolEnvironment
+from grpo_lightning.tasks.key_lookup import KeyLookupTaskConfig, key_lookup, key_lookup_env
 
 
 def lookup(key: str) -> str:
@@ -131,3 +133,23 @@ def test_tools_in_the_system_prompt_reach_a_template_that_ignores_tools():
 
 def test_every_family_fixture_is_checked():
     assert set(FAMILIES) == {"qwen2.5", "qwen3", "llama3", "smollm2"}
+
+
+def test_the_startup_report_names_the_parser_and_the_template_verdict():
+    options = KeyLookupTaskConfig(tools_in_system_prompt=False)
+    row = key_lookup(options)[0][0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parser, lines = startup_report(
+            ChatRenderer(tokenizer_for("smollm2")), lambda r: key_lookup_env(options, r), row, "auto", "SmolLM2-135M"
+        )
+        assert parser == "hermes" and "neither the chat template nor the model name" in lines[0]
+        assert "does not render the tools (lookup missing" in lines[1]
+        parser, lines = startup_report(
+            ChatRenderer(tokenizer_for("qwen2.5")), lambda r: key_lookup_env(options, r), row, "auto", "x"
+        )
+    assert parser == "hermes" and lines == [
+        "tool-call parser: hermes (the chat template emits <tool_call>)",
+        "chat template: renders the tools",
+        "chat template: each turn extends the last as a prefix",
+    ]
