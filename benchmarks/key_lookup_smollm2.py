@@ -77,7 +77,7 @@ def one_seed(seed: int, args, overrides: list[str]) -> dict:
                 config_name="train",
                 overrides=[
                     *DEFAULTS,
-                    f"trainer.max_steps={args.steps}",
+                    f"trainer.max_steps={max(args.steps, 1)}",  # 0: evaluation only
                     f"trainer.seed={seed}",
                     f"trainer.output_dir={out}",
                     *overrides,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,6 +217,16 @@ class ToolsInSystemPrompt:
         await call_maybe_async(self.env.close)
 
 
+def _run(coroutine: Any) -> Any:
+    """Run ``coroutine`` to its end, also when called inside a running loop (a notebook)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def startup_report(
     renderer: ChatRenderer, make_env: Any, row: dict[str, Any], tool_parser: str | None = AUTO, model_name: str = ""
 ) -> tuple[str | None, list[str]]:
@@ -224,9 +235,9 @@ def startup_report(
     tools one environment offers. Warns once about each template difference. Returns (parser, lines)."""
     env = make_env(row)
     try:
-        reset: Reset = asyncio.run(call_maybe_async(env.reset, 0, row))
+        reset: Reset = _run(call_maybe_async(env.reset, 0, row))
     finally:
-        asyncio.run(call_maybe_async(env.close))
+        _run(call_maybe_async(env.close))
     tools = reset.tools or None
     parser, line = choose_tool_parser(tool_parser or AUTO, model_name, renderer.chat_template)
     report = check_chat_template(renderer, tools)
