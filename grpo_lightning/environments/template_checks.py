@@ -217,14 +217,19 @@ class ToolsInSystemPrompt:
         await call_maybe_async(self.env.close)
 
 
-def _run(coroutine: Any) -> Any:
-    """Run ``coroutine`` to its end, also when called inside a running loop (a notebook)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
+def offered_tools(make_env: Any, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tools one environment offers after a reset on ``row`` (played on a loop of its own in a
+    worker thread, so it works inside a running loop too, a notebook's)."""
+    env = make_env(row)
+
+    async def reset_and_close() -> list[dict[str, Any]]:
+        try:
+            return list((await call_maybe_async(env.reset, 0, row)).tools)
+        finally:
+            await call_maybe_async(env.close)
+
     with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
+        return pool.submit(asyncio.run, reset_and_close()).result()
 
 
 def startup_report(
@@ -233,12 +238,7 @@ def startup_report(
     """What to print before the first step of a task played in an environment: the tool-call parser
     (configured, or chosen from the template and the model's name) and the template check over the
     tools one environment offers. Warns once about each template difference. Returns (parser, lines)."""
-    env = make_env(row)
-    try:
-        reset: Reset = _run(call_maybe_async(env.reset, 0, row))
-    finally:
-        _run(call_maybe_async(env.close))
-    tools = reset.tools or None
+    tools = offered_tools(make_env, row) or None
     parser, line = choose_tool_parser(tool_parser or AUTO, model_name, renderer.chat_template)
     report = check_chat_template(renderer, tools)
     warn_once(report)
