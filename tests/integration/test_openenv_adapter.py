@@ -13,8 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from grpo_lightning.build import build_run
+from grpo_lightning.config import TrainConfig
 from grpo_lightning.environments.adapters.openenv import OpenEnvActionEnv
-from grpo_lightning.environments.base import TOOL_PARSERS, Turn
+from grpo_lightning.environments.base import ENVIRONMENTS, TOOL_PARSERS, Turn
+from grpo_lightning.tasks.key_lookup import KeyLookupTaskConfig
 
 pytestmark = pytest.mark.slow
 PYTHON = os.environ.get("OPENENV_PYTHON", "/work/venvs/openenv/bin/python")
@@ -77,3 +80,32 @@ def test_an_episode_on_a_real_openenv_server(server_url):
     assert refused.info["tool_error_kinds"] == {"bad_arguments": 1} and not refused.done
     assert '"value": 1' in first.messages[0]["content"] and first.reward == 0.0 and not first.done
     assert last.done and last.reward == 1.0 and f'"value": {target}' in last.messages[0]["content"]
+
+
+def test_the_tiny_model_trains_five_steps_against_the_server(server_url, tmp_path):
+    """Each '+' the tiny model writes adds one (its alphabet has no JSON): the plumbing end to end."""
+
+    @TOOL_PARSERS.register("plus_act")
+    def plus_act(text):
+        return ([{"name": "act", "arguments": {"delta": text.count("+")}}] if "+" in text else []), []
+
+    @ENVIRONMENTS.register("openenv_counter")
+    def counter(options, row):
+        return OpenEnvActionEnv(
+            server_url, prompt=lambda row, observation: [{"role": "user", "content": row["prompt"]}]
+        )
+
+    cfg = TrainConfig(
+        task=KeyLookupTaskConfig(
+            environment="openenv_counter", key_style="digits", question="{key}?", tool_parser="plus_act", num_keys=20
+        )
+    )
+    cfg.trainer.max_steps, cfg.trainer.output_dir, cfg.logger.kind = 5, str(tmp_path), "none"
+    cfg.rollout.max_new_tokens, cfg.rollout.prompts_per_step = 4, 2
+    run = build_run(cfg)
+    trainer = run.trainer(cfg)
+    trainer.fit(run.module, datamodule=run.datamodule)
+    assert trainer.global_step == 5
+    episodes = run.rollout.episodes.last_episodes
+    assert len(episodes) == 2 * cfg.rollout.num_generations and not any(e.failed for e in episodes)
+    assert any(m["role"] == "tool" and '"value"' in m["content"] for e in episodes for m in e.completion_messages)
