@@ -12,7 +12,8 @@ the whole close. Why a stand-in rather than the real history: the sampled text w
 be decoded and re-rendered, the re-tokenization drift this module exists to avoid.
 
 A tokenizer without a chat template (the tiny character model) uses :data:`PLAIN_TEMPLATE`:
-the messages' contents one after another, the BOS token first.
+the messages' contents one after another, the prompt tokenized with the tokenizer's own special
+tokens, as single-turn prompts are (``data/prompting.py``).
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from typing import Any
 
 from grpo_lightning.environments.base import Message
 
-SENTINEL = "\u27e6SAMPLED\u27e7"  # stands for the model's turn in the stand-in conversation
+SENTINEL = "\u27e6Sampled\u27e7"  # the model's turn in the stand-in (mixed case: a rewrite shows)
 STAND_IN_USER = "\u27e6USER\u27e7"
-PLAIN_TEMPLATE = "{% if bos_token %}{{ bos_token }}{% endif %}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+PLAIN_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 
 
 class TemplateError(ValueError):
@@ -41,6 +42,7 @@ class ChatRenderer:
     def __init__(self, tokenizer: Any, chat_template: str | None = None, stop_ids: Iterable[int] | None = None):
         self.tokenizer = tokenizer
         self.chat_template = chat_template or getattr(tokenizer, "chat_template", None) or PLAIN_TEMPLATE
+        self.plain = self.chat_template == PLAIN_TEMPLATE
         if stop_ids is None:
             eos = getattr(tokenizer, "eos_token_id", None)
             stop_ids = [] if eos is None else [eos]
@@ -64,7 +66,8 @@ class ChatRenderer:
 
     def prompt_ids(self, messages: list[Message], tools: list[dict] | None = None) -> list[int]:
         """The episode's first observation, with the assistant header the model answers after."""
-        return self.encode(self.render(messages, tools, generation_prompt=True))
+        text = self.render(messages, tools, generation_prompt=True)
+        return list(self.tokenizer(text, add_special_tokens=self.plain)["input_ids"])
 
     # ----------------------------------------------------------------------- environment turns
     def turn_suffix(self, messages: list[Message], tools: list[dict] | None = None, final: bool = False) -> str:

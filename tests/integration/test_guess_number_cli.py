@@ -1,0 +1,40 @@
+"""task=guess_number trains from the command line: episodes in an environment, their metrics logged."""
+
+from __future__ import annotations
+
+import csv
+import sys
+
+import pytest
+
+from grpo_lightning import train
+
+pytestmark = pytest.mark.slow  # a few seconds: a whole (short) run
+
+ARGS = (
+    "task=guess_number",
+    "logger=csv",
+    "trainer.max_steps=2",
+    "rollout.prompts_per_step=2",
+    "rollout.num_generations=4",
+    "rollout.max_new_tokens=3",
+)
+
+
+def test_guess_number_trains_from_the_cli_and_logs_episode_metrics(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["grpo-lightning", *ARGS, f"hydra.run.dir={tmp_path}/run"])
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    try:
+        train.cli()
+    except SystemExit as stop:
+        assert stop.code in (0, None)
+    (file,) = (tmp_path / "run").rglob("metrics.csv")
+    rows = [row for row in csv.DictReader(file.open()) if row.get("reward/mean")]
+    assert len(rows) == 2
+    for row in rows:
+        assert float(row["rollout/episodes/count"]) == 8 and 1 <= float(row["rollout/episodes/turns"]) <= 6
+        assert float(row["rollout/episodes/sampled_tokens"]) > 0 and float(row["rollout/episodes/env_tokens"]) >= 0
+        stops = sum(float(row[f"rollout/episodes/stop/{reason}"]) for reason in ("done", "max_turns", "context"))
+        assert stops == 8 and float(row["rollout/episodes/failed"]) == 0
+        assert "health/episode_failures/failed_frac" in row
