@@ -16,7 +16,7 @@ from typing import Optional
 from grpo_lightning.config import TrainConfig, register_config_check
 from grpo_lightning.config.base import check, option
 from grpo_lightning.config.task import TaskConfig
-from grpo_lightning.environments import aggregators  # noqa: F401  (register the built-in aggregators)
+from grpo_lightning.environments import aggregators, rewards  # noqa: F401  (register the aggregators, the environment reward)
 from grpo_lightning.environments.base import ENVIRONMENTS, REWARD_AGGREGATORS
 
 # Why an episode ended. "done": the environment said so; the others are limits or failures.

@@ -17,6 +17,7 @@ from grpo_lightning.tasks import (  # noqa: F401  (register the tasks)
     dataset,
     gsm,
     guess_number,
+    key_lookup,
     mixed,
     reasoning_gym,
 )

@@ -1,0 +1,1 @@
+"""Adapters to environments people already have (optional extras, imported only when used)."""

@@ -1,0 +1,111 @@
+"""The OpenEnv adapter against a real openenv 0.10 server on loopback (run from its own venv, whose
+pins clash with ours: OPENENV_PYTHON, default /work/venvs/openenv/bin/python; skipped without it)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from grpo_lightning.build import build_run
+from grpo_lightning.config import TrainConfig
+from grpo_lightning.environments.adapters.openenv import OpenEnvActionEnv
+from grpo_lightning.environments.base import ENVIRONMENTS, TOOL_PARSERS, Turn
+from grpo_lightning.tasks.key_lookup import KeyLookupTaskConfig
+
+pytestmark = pytest.mark.slow
+PYTHON = os.environ.get("OPENENV_PYTHON", "/work/venvs/openenv/bin/python")
+SERVER = Path(__file__).resolve().parents[1] / "helpers" / "openenv_counter_server.py"
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    if not Path(PYTHON).exists():
+        pytest.skip(f"no openenv venv at {PYTHON} (python -m venv ... && pip install openenv==0.10.0)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen([PYTHON, str(SERVER), str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("the OpenEnv server did not start: " + process.stderr.read1().decode()[-2000:])
+        yield url
+    finally:
+        process.kill()
+        process.wait()
+
+
+def turn(text: str) -> Turn:
+    calls, errors = TOOL_PARSERS["hermes"](text)
+    return Turn(text=text, token_ids=[], tool_calls=calls, parse_errors=errors)
+
+
+def call(arguments: str) -> Turn:
+    return turn(f'<tool_call>{{"name": "act", "arguments": {arguments}}}</tool_call>')
+
+
+def test_an_episode_on_a_real_openenv_server(server_url):
+    async def play():
+        env = OpenEnvActionEnv(server_url, prompt=None)
+        reset = await env.reset(3, {"prompt": "Reach the target."})
+        target = reset.info["observation"]["target"]
+        tool = reset.tools[0]["function"]
+        assert tool["name"] == "act" and set(tool["parameters"]["properties"]) == {"delta"}
+        assert f'"target": {target}' in reset.messages[0]["content"]
+        steps = [await env.step(call('{"delta": "two"}'))]  # refused by the server's validation
+        steps.append(await env.step(call('{"delta": 1}')))
+        steps.append(await env.step(call(f'{{"delta": {target - 1}}}')))
+        same = (await OpenEnvActionEnv(server_url).reset(3, {})).info["observation"]["target"]
+        await env.close()
+        return steps, target, same
+
+    steps, target, same = asyncio.run(play())
+    assert same == target  # the reset seed decides the game
+    refused, first, last = steps
+    assert refused.messages[0]["content"].startswith("Error: ") and "delta" in refused.messages[0]["content"]
+    assert refused.info["tool_error_kinds"] == {"bad_arguments": 1} and not refused.done
+    assert '"value": 1' in first.messages[0]["content"] and first.reward == 0.0 and not first.done
+    assert last.done and last.reward == 1.0 and f'"value": {target}' in last.messages[0]["content"]
+
+
+def test_the_tiny_model_trains_five_steps_against_the_server(server_url, tmp_path):
+    """Each '+' the tiny model writes adds one (its alphabet has no JSON): the plumbing end to end."""
+
+    @TOOL_PARSERS.register("plus_act")
+    def plus_act(text):
+        return ([{"name": "act", "arguments": {"delta": text.count("+")}}] if "+" in text else []), []
+
+    @ENVIRONMENTS.register("openenv_counter")
+    def counter(options, row):
+        return OpenEnvActionEnv(
+            server_url, prompt=lambda row, observation: [{"role": "user", "content": row["prompt"]}]
+        )
+
+    cfg = TrainConfig(
+        task=KeyLookupTaskConfig(
+            environment="openenv_counter", key_style="digits", question="{key}?", tool_parser="plus_act", num_keys=20
+        )
+    )
+    cfg.trainer.max_steps, cfg.trainer.output_dir, cfg.logger.kind = 5, str(tmp_path), "none"
+    cfg.rollout.max_new_tokens, cfg.rollout.prompts_per_step = 4, 2
+    run = build_run(cfg)
+    trainer = run.trainer(cfg)
+    trainer.fit(run.module, datamodule=run.datamodule)
+    assert trainer.global_step == 5
+    episodes = run.rollout.episodes.last_episodes
+    assert len(episodes) == 2 * cfg.rollout.num_generations and not any(e.failed for e in episodes)
+    assert any(m["role"] == "tool" and '"value"' in m["content"] for e in episodes for m in e.completion_messages)
