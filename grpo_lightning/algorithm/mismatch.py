@@ -34,13 +34,13 @@ SIGN_EPS = 1e-3  # |d| below this counts as neither sign (precision noise)
 # Additive per-group totals; the extremes are kept apart (max over groups, not sums).
 SUMS = (
     "tokens", "seqs", "k1", "k3", "abs_dlogp", "abs_dp", "w", "w2", "outside", "seq_r2", "seq_outside",
-    "neg", "pos", "early_abs", "early_tokens", "late_abs", "masked_tokens", "masked_seqs",
+    "neg", "pos", "early_abs", "early_tokens", "late_abs", "masked_tokens", "masked_seqs", "eng", "eng2", "d_eng",
 )  # fmt: skip
 MAXES = ("abs_dlogp_max", "abs_dp_max", "w_max", "negw_max")  # negw_max = -min(r)
 GROUPS = ("lag0", "lagged")
 
 
-def _group_sums(d, p_train, p_eng, mask, seq_on, band, masked, early) -> list[torch.Tensor]:
+def _group_sums(d, eng, p_train, p_eng, mask, seq_on, band, masked, early) -> list[torch.Tensor]:
     """SUMS then MAXES of the tokens ``mask`` (float) and the sequences ``seq_on`` (float)."""
     lo, hi = band
     on = mask > 0
@@ -74,6 +74,9 @@ def _group_sums(d, p_train, p_eng, mask, seq_on, band, masked, early) -> list[to
         total(abs_d * (1 - early)),
         total(masked),
         ((masked * mask).sum(dim=1).gt(0).float() * seq_on).sum(),
+        total(eng),  # with the next two: the slope of d against the engine's log-prob (a temperature gone missing)
+        total(eng * eng),
+        total(d * eng),
         extreme(abs_d),
         extreme(abs_dp),
         extreme(r),
@@ -111,7 +114,9 @@ def mismatch_sums(
     values = []
     for lagged in (False, True):
         seq_on = (seq_real & (seq_lagged == lagged)).double()
-        values += _group_sums(d, p_train, p_eng, mask * seq_on[:, None], seq_on, band, masked, early)
+        values += _group_sums(
+            d, engine_logp * mask, p_train, p_eng, mask * seq_on[:, None], seq_on, band, masked, early
+        )
     values += [lag.sum(), lag.amax() if lag.numel() else lag.new_zeros(())]
     flat = torch.stack(values).double().tolist()  # the one host read
     keys = [f"{g}_{k}" for g in GROUPS for k in (*SUMS, *MAXES)] + ["lag_sum", "lag_max"]
