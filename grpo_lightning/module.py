@@ -183,6 +183,7 @@ class GRPOModule(L.LightningModule):
         # The count of generation batches, not global_step: a skipped optimizer step must not
         # repeat the previous step's seeds. Lightning restores it on resume.
         step = self.trainer.fit_loop.total_batch_idx
+        self.rollout.trainer_version = self.global_step  # the weights a batch's staleness is counted from
         rollout = self.rollout.rollout_for_step(batch, step=step, rank=self.global_rank)
         return rollout.to(self.device)
 

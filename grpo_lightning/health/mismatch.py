@@ -31,6 +31,7 @@ from grpo_lightning.health.base import CheckConfig, HealthCheck, register_check
 from grpo_lightning.health.view import StepView
 
 SUM_KEYS = ("tokens", "k1", "k3", "abs_dlogp", "w", "w2", "neg", "pos", "eng", "eng2", "d_eng")
+SEEN_STEPS = 32  # steps of prompts remembered (plain data in the checkpoint)
 CAUSES = ("truncated_support", "temperature", "prefix_cache", "stale_weights", "staleness", "precision")
 
 
@@ -96,7 +97,7 @@ class MismatchCheck(HealthCheck):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self._seen: set[int] = set()  # prompt hashes of earlier steps (what a prefix cache may hold)
+        self._seen: list[list[int]] = []  # prompt hashes of the last SEEN_STEPS steps (what a prefix cache may hold)
         self._last_abs: float | None = None  # the previous step's lag-0 mean |delta logp|
         self._last_version: int | None = None
         self.cause: str | None = None  # the cause the last finding named (one of CAUSES)
@@ -110,14 +111,14 @@ class MismatchCheck(HealthCheck):
             first = passes[0].old_logprobs
             mask = (r.trained_mask.bool() & first.finite).cpu().numpy()
             d = np.abs((first.logp.float() - r.engine_logprobs.float()).cpu().numpy()) * mask
-            seen = np.isin(view.prompt_hashes, list(self._seen))
+            seen = np.isin(view.prompt_hashes, [h for step in self._seen for h in step])
             out.update(
                 seen_abs=float(d[seen].sum()),
                 seen_tokens=float(mask[seen].sum()),
                 fresh_abs=float(d[~seen].sum()),
                 fresh_tokens=float(mask[~seen].sum()),
             )
-        self._seen.update(int(h) for h in view.group_prompt_hashes)
+        self._seen = [*self._seen[-(SEEN_STEPS - 1) :], [int(h) for h in view.group_prompt_hashes]]
         return out
 
     def _alarms(self, m: dict[str, float]) -> list[str]:

@@ -14,9 +14,10 @@ same derivation as in sync mode, never one fixed seed.
 Bounded staleness (``rollout.max_off_policy_steps``, prime-rl's ``max_off_policy_steps``,
 AReaL's ``max_head_offpolicyness``): a token sampled by weight version ``v`` and trained at
 step ``t`` is ``t - v`` steps off-policy. The admission rule queues step ``s`` ahead only if
-``s - v_expected + delay <= bound``, where ``v_expected`` is the version last pushed to the
-engine and ``delay`` how far the engine's reported versions fell behind the expected ones on
-the last batch (a slow engine); 0 queues nothing ahead (synchronous generation). What still
+``(s - t) + (v_trainer - v_pushed) + delay <= bound`` at step ``t``, where ``v_pushed`` is the
+version last pushed to the engine and ``delay`` how far the engine's reported versions fell
+behind the expected ones on the last batch (a slow engine); 0 queues nothing ahead
+(synchronous generation). What still
 arrives beyond the bound (the engine lagged more) is dropped by whole groups, counted in
 ``rollout/off_policy_dropped``, or with ``rollout.off_policy_action=mask`` kept out of the
 loss token by token (``rollout/off_policy_masked_tokens``).
@@ -50,7 +51,8 @@ def bound_staleness(
 ) -> tuple[list[int], list[Completion], dict[str, float]]:
     """Apply the staleness bound: the indices of the completions kept, the completions (masked
     where ``action`` is mask), and the counts to log. ``drop`` removes every group with a token
-    beyond ``bound`` (a GRPO group is compared whole); if that leaves nothing, it masks instead."""
+    beyond ``bound`` (a GRPO group is compared whole); if that leaves no group, the batch stays
+    with its stale samples out of the loss (still counted as dropped: the step learns nothing from them)."""
     lags = [token_lags(c, now) for c in completions]
     over = [[lag > bound for lag in row] for row in lags]
     counts = {
@@ -63,6 +65,8 @@ def bound_staleness(
     if action == "drop" and keep:
         counts["rollout/off_policy_dropped"] = float(len(completions) - len(keep))
         return keep, [completions[i] for i in keep], counts
+    if action == "drop":
+        counts["rollout/off_policy_dropped"] = float(sum(any(row) for row in over))
     masked = []
     for c, row in zip(completions, over, strict=True):
         if any(row):
@@ -103,11 +107,18 @@ class AsyncRolloutGenerator(RolloutGenerator):
         self.pending: dict[int, PendingGeneration] = {}
         self.pushed_version: int | None = None  # the version of the last weight sync queued on the engine
         self.engine_delay = 0  # how far the engine's versions fell behind the expected ones (last batch)
+        self.trainer_version: int | None = None  # the trainer's optimizer step, set by the module before each batch
 
-    def admits(self, step: int, now: int) -> bool:
-        """The admission rule: queue ``step`` only if its samples will be within the bound when trained."""
-        expected = self.pushed_version if self.pushed_version is not None else now
-        return step - expected + self.engine_delay <= self.max_off_policy_steps
+    def version_now(self, step: int) -> int:
+        """The trainer's weight version (its optimizer step; the batch count where nobody said)."""
+        return self.trainer_version if self.trainer_version is not None else step
+
+    def admits(self, offset: int, step: int) -> bool:
+        """The admission rule: queue the batch ``offset`` steps ahead only if it will be within the
+        bound when trained: ``offset`` more steps, plus how far the engine already is behind."""
+        now = self.version_now(step)
+        behind = now - (self.pushed_version if self.pushed_version is not None else now)
+        return offset + behind + self.engine_delay <= self.max_off_policy_steps
 
     def sync_weights(self, weights: PolicyWeights, expected=None, rank: int = 0) -> dict[str, float]:
         self.pushed_version = weights.version
@@ -140,7 +151,7 @@ class AsyncRolloutGenerator(RolloutGenerator):
             )
         self.submit(batch.current, step, rank, now=step)  # the first steps, after a resume, or not admitted before
         for offset, records in enumerate(batch.ahead[: self.max_staleness], start=1):
-            if self.admits(step + offset, step):
+            if self.admits(offset, step):
                 self.submit(records, step + offset, rank, now=step)
         pending = self.pending.pop(step)
         wait_start = time.perf_counter()
@@ -151,7 +162,7 @@ class AsyncRolloutGenerator(RolloutGenerator):
         reported = [v for c in completions for v in (c.versions() or []) if v >= 0]
         self.engine_delay = max(0, pending.expected_version - min(reported)) if reported else 0
         keep, completions, counts = bound_staleness(
-            completions, self.num_generations, step, self.max_off_policy_steps, self.off_policy_action
+            completions, self.num_generations, self.version_now(step), self.max_off_policy_steps, self.off_policy_action
         )
         records = [pending.records[i // self.num_generations] for i in keep[:: self.num_generations]]
         requests = [pending.requests[i] for i in keep]

@@ -11,7 +11,7 @@ temperature and truncation (what vLLM's ``processed_logprobs`` reports). Each fa
 * ``force_top_p``: samples from the nucleus whatever the config says;
 * ``raw_logprobs``: reports log-probs before the temperature;
 * ``dtype=torch.bfloat16``: a bf16 engine (precision noise only: the clean control);
-* ``version_delay``: applies (and reports) each sync only that many syncs later (a slow engine).
+* ``version_delay``: applies (and reports) each sync only after that many generate calls (a slow engine).
 """
 
 from __future__ import annotations
@@ -47,21 +47,28 @@ class OwnWeightsEngine(EngineBase):
         self.eos, self.dtype = eos_token_id, dtype
         self.ignore_loads, self.stale_prefix_cache = ignore_loads, stale_prefix_cache
         self.force_top_p, self.raw_logprobs, self.version_delay = force_top_p, raw_logprobs, version_delay
-        self.weight_version: int | None = None
+        self.weight_version: int | None = 0  # built from the policy before any update
         self.queued: list[tuple[dict, int]] = []  # syncs not yet applied (version_delay)
         self.prefix_models: dict[tuple[int, ...], torch.nn.Module] = {}  # prompt -> the weights that prefilled it
 
     def load_weights(self, named_tensors, version=None) -> float:
-        self.queued.append(({k: v.detach().clone() for k, v in named_tensors}, version))
-        while len(self.queued) > self.version_delay:
-            tensors, applied = self.queued.pop(0)
+        self.queued.append([{k: v.detach().clone() for k, v in named_tensors}, version, 0])
+        self._apply_due()
+        return 0.0
+
+    def _apply_due(self) -> None:
+        """Apply the syncs that waited ``version_delay`` generate calls (all of them without a delay)."""
+        while self.queued and self.queued[0][2] >= self.version_delay:
+            tensors, applied, _ = self.queued.pop(0)
             if not self.ignore_loads:
                 self.model.load_state_dict({k: v.to(self.dtype) for k, v in tensors.items()}, strict=False)
             self.weight_version = applied
-        return 0.0
 
     @torch.no_grad()
     def generate(self, requests, sampling):
+        for sync in self.queued:  # a slow engine: a sync is applied after version_delay generate calls
+            sync[2] += 1
+        self._apply_due()
         if self.force_top_p is not None:
             sampling = replace(sampling, top_p=self.force_top_p)
         return [self._one(r, sampling) for r in requests]
