@@ -116,3 +116,30 @@ def test_masked_fractions_count_what_the_correction_removed_and_huge_gaps_stay_f
     assert m["mismatch/masked_seq_frac"] == pytest.approx(1 / 2)
     assert all(math.isfinite(v) for v in m.values())
     assert m["mismatch/is_weight_max"] == pytest.approx(math.exp(20.0))  # the log ratio is clamped
+
+
+def test_the_step_hook_counts_lags_from_the_token_versions_and_skips_engines_without_logprobs():
+    from grpo_lightning.step import RolloutBatch, TokenLogProbs
+    from grpo_lightning.step_passes import measure_mismatch, version_lag
+
+    n, c = 4, 3
+    batch = RolloutBatch(
+        prompt_ids=torch.ones(n, 2, dtype=torch.long),
+        prompt_mask=torch.ones(n, 2, dtype=torch.long),
+        completion_ids=torch.ones(n, c, dtype=torch.long),
+        completion_mask=torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 0, 0]]),
+        rewards=torch.zeros(n),
+        group_size=2,
+        max_new_tokens=c,
+        temperature=1.0,
+        engine_logprobs=torch.full((n, c), -1.0),
+        token_weight_versions=torch.tensor([[5, 5, 5], [4, 5, -1], [3, 3, 3], [-1, -1, -1]]),
+    )
+    assert version_lag(batch, 5).tolist() == [[0, 0, 0], [1, 0, 0], [2, 2, 2], [0, 0, 0]]
+    trainer = TokenLogProbs(torch.full((n, c), -1.0), None, torch.ones(n, c, dtype=torch.bool))
+    metrics = mismatch_metrics(measure_mismatch(batch, trainer, 5, (0.0, 2.0)))
+    assert metrics["mismatch/tokens"] == 4 and metrics["mismatch/lagged/tokens"] == 5  # rows 0, 3 | 1, 2
+    assert metrics["mismatch/version_lag_max"] == 2
+    assert metrics["mismatch/version_lag_mean"] == pytest.approx((1 + 2 * 3) / 9)
+    batch.engine_logprobs = None
+    assert measure_mismatch(batch, trainer, 5, (0.0, 2.0)) == {}
