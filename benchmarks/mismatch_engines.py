@@ -27,6 +27,7 @@ from grpo_lightning.models import load_policy
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rollout import HFEngine, RolloutGenerator, Sampling
+from grpo_lightning.rollout.vllm import VLLMEngine
 from grpo_lightning.tasks.arithmetic import arithmetic_records
 
 
@@ -70,8 +71,6 @@ def main() -> None:
         else:
             dtype = "bfloat16" if name.endswith("bf16") else "float32"
             config = VLLMConfig(dtype=dtype, max_model_len=256, kv_cache_gib=0.5)
-            from grpo_lightning.rollout.vllm import VLLMEngine
-
             engine = VLLMEngine.from_policy(policy, tokenizer, config, seed=0)
         try:
             for top_p in (1.0, 0.9):

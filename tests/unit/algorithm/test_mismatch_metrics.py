@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from grpo_lightning.algorithm.mismatch import add_sums, mismatch_metrics, mismatch_sums
+from grpo_lightning.step import RolloutBatch, TokenLogProbs
+from grpo_lightning.step_passes import measure_mismatch, version_lag
 
 
 def _case(seed: int):
@@ -119,9 +121,6 @@ def test_masked_fractions_count_what_the_correction_removed_and_huge_gaps_stay_f
 
 
 def test_the_step_hook_counts_lags_from_the_token_versions_and_skips_engines_without_logprobs():
-    from grpo_lightning.step import RolloutBatch, TokenLogProbs
-    from grpo_lightning.step_passes import measure_mismatch, version_lag
-
     n, c = 4, 3
     batch = RolloutBatch(
         prompt_ids=torch.ones(n, 2, dtype=torch.long),
