@@ -70,7 +70,7 @@ def main() -> None:
             engine = HFEngine(model, tokenizer.pad_token_id, tokenizer.eos_token_id)
         else:
             dtype = "bfloat16" if name.endswith("bf16") else "float32"
-            config = VLLMConfig(dtype=dtype, max_model_len=256, kv_cache_gib=0.5)
+            config = VLLMConfig(dtype=dtype, kv_cache_gib=0.5)  # max_model_len: the model's own
             engine = VLLMEngine.from_policy(policy, tokenizer, config, seed=0)
         try:
             for top_p in (1.0, 0.9):
