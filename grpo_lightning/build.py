@@ -239,7 +239,9 @@ def build_run(
     r = cfg.rollout
     generator_cls, extra = RolloutGenerator, {}
     if r.mode == "async":
-        generator_cls, extra = AsyncRolloutGenerator, {"max_staleness": r.max_staleness}
+        generator_cls = AsyncRolloutGenerator
+        extra = {"max_staleness": r.max_staleness, "max_off_policy_steps": r.max_off_policy_steps}
+        extra["off_policy_action"] = r.off_policy_action
     v = r.vllm
     rollout = generator_cls(
         engine=engine if engine is not None else build_engine_factory(cfg, tokenizer),

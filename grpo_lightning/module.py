@@ -44,6 +44,7 @@ from grpo_lightning.algorithm import (
     micro_batch_loss,
     sequences_in_loss,
 )
+from grpo_lightning.algorithm.mismatch import mismatch_metrics
 from grpo_lightning.algorithm.packing import PackedMicroBatch
 from grpo_lightning.algorithm.truncation import Truncation, replayed_truncation
 from grpo_lightning.config import AlgorithmConfig
@@ -59,7 +60,7 @@ from grpo_lightning.reductions import ValidationMeans
 from grpo_lightning.rollout.generator import RolloutGenerator
 from grpo_lightning.sharding import DATA_PARALLEL, shard_module
 from grpo_lightning.step import PassStats, RolloutBatch, StepContext, StepResult
-from grpo_lightning.step_passes import PassRecorder
+from grpo_lightning.step_passes import PassRecorder, correction_band, measure_mismatch
 from grpo_lightning.update_check import nonfinite_update_count
 from grpo_lightning.weight_push import CloseRolloutOnException, push_weights
 
@@ -148,13 +149,15 @@ class GRPOModule(L.LightningModule):
         if self.auto_checkpointing:
             self._choose_checkpointing(prepared)
         self.optimizers().zero_grad(set_to_none=True)
+        version = self.global_step  # the trainer's weights before the update (a rollout's lag is relative to them)
         for iteration in range(self.cfg.num_iterations):
             # The first pass's policy log-probs are the old policy's: later passes read them
-            # instead of paying a separate forward before the first backward.
-            record = iteration == 0 and self.cfg.num_iterations > 1
+            # instead of paying a separate forward before the first backward; the mismatch too.
+            record = iteration == 0 and (self.cfg.num_iterations > 1 or rollout.engine_logprobs is not None)
             stats = self.accumulate_gradients(rollout, prepared, record_old=record)
             if record:
-                prepared = replace(prepared, old=stats.old_logprobs)
+                result.mismatch = measure_mismatch(rollout, stats.old_logprobs, version, correction_band(self.cfg))
+                prepared = replace(prepared, old=stats.old_logprobs) if self.cfg.num_iterations > 1 else prepared
             self.counters.nonfinite_seqs += stats.dropped_seqs
             result.passes.append(stats)
             self._guarded_step(stats, result)
@@ -163,6 +166,7 @@ class GRPOModule(L.LightningModule):
         result.metrics = step_metrics(
             rollout, result, self.counters, lr, self.global_step, with_kl, self.totals, seconds
         )
+        result.metrics.update(mismatch_metrics(result.mismatch) if result.mismatch else {})
         self.last_metrics = result.metrics  # to the loggers after the weight sync (on_train_batch_end)
         log_callback_metrics(self, result.metrics, rollout.num_sequences)
 
@@ -189,6 +193,7 @@ class GRPOModule(L.LightningModule):
         # The count of generation batches, not global_step: a skipped optimizer step must not
         # repeat the previous step's seeds. Lightning restores it on resume.
         step = self.trainer.fit_loop.total_batch_idx
+        self.rollout.trainer_version = self.global_step  # the weights a batch's staleness is counted from
         rollout = self.rollout.rollout_for_step(batch, step=step, rank=self.global_rank)
         return rollout.to(self.device)
 
@@ -293,17 +298,8 @@ class GRPOModule(L.LightningModule):
         """Float32 log-probs [B, C] of the completion tokens (columns from ``prompt_width`` on),
         packed without padding when ``algorithm.pack_sequences`` (:class:`CompletionLogProbs`;
         ``packed`` returns the rows packed already; ``truncation``: the sampling filter replayed)."""
-        return self.forward_pass(
-            model,
-            input_ids,
-            attention_mask,
-            prompt_width,
-            temperature,
-            with_entropy,
-            entropy_grad,
-            packed=packed,
-            truncation=truncation,
-        )
+        args = (model, input_ids, attention_mask, prompt_width, temperature, with_entropy, entropy_grad)
+        return self.forward_pass(*args, packed=packed, truncation=truncation)
 
     def _frozen_log_probs(self, model: nn.Module, rollout: RolloutBatch, batches: list[MicroBatch]) -> TokenLogProbs:
         return frozen_log_probs(partial(self.completion_log_probs, truncation=self.replay), model, rollout, batches)

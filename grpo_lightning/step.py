@@ -279,6 +279,7 @@ class StepResult:
     advantages: torch.Tensor | None = None  # [N], as used by the loss (the F5 check reads them)
     rollout: RolloutBatch | None = None  # the generation batch this step trained on
     metrics: dict[str, float] = field(default_factory=dict)  # the step's logged metrics (train/*, reward/*, ...)
+    mismatch: dict[str, float] = field(default_factory=dict)  # engine-trainer mismatch totals (algorithm/mismatch.py)
 
     @property
     def steps_taken(self) -> int:

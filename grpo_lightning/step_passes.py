@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from grpo_lightning.algorithm.mismatch import mismatch_sums
 from grpo_lightning.algorithm.objective import LossTerms, MicroBatch
-from grpo_lightning.step import AggregationRecord, PassStats, TokenLogProbs
+from grpo_lightning.step import AggregationRecord, PassStats, RolloutBatch, TokenLogProbs
 
 # The PassStats fields summed over micro-batches on the device (read once per pass).
 PASS_SUMS = ("loss", "policy_loss", "kl_loss", "kl_sum", "kept_tokens", "entropy_sum", "clip_low_sum", "clip_high_sum")
@@ -78,3 +79,30 @@ class PassRecorder:
             stats.dropped_seqs, stats.finite_loss = int(dropped), nonfinite == 0
         stats.old_logprobs = self.old
         return stats
+
+
+def version_lag(rollout: RolloutBatch, trainer_version: int) -> torch.Tensor | None:
+    """[N, C] (or [1]) optimizer steps between the weights that sampled each token and ``trainer_version``;
+    None where the engine samples from the policy itself (lag 0)."""
+    if rollout.token_weight_versions is not None:
+        versions = rollout.token_weight_versions
+        return torch.where(versions >= 0, trainer_version - versions, 0).clamp(min=0)
+    if rollout.weight_version is not None:
+        return torch.tensor([max(trainer_version - rollout.weight_version, 0)], device=rollout.completion_ids.device)
+    return None
+
+
+def correction_band(cfg) -> tuple[float, float]:
+    """The importance-ratio band the configured correction keeps: truncated IS caps at ``is_cap``."""
+    return 0.0, float(getattr(cfg, "is_cap", 2.0))
+
+
+def measure_mismatch(
+    rollout: RolloutBatch, logprobs: TokenLogProbs | None, trainer_version: int, band: tuple[float, float]
+) -> dict[str, float]:
+    """The engine-trainer mismatch totals of the step (``algorithm/mismatch.py``), from the first pass's
+    log-probs (before the update): no extra forward. Empty when the engine reported no log-probs."""
+    if rollout.engine_logprobs is None or logprobs is None:
+        return {}
+    mask = rollout.trained_mask.bool() & logprobs.finite
+    return mismatch_sums(logprobs.logp, rollout.engine_logprobs, mask, version_lag(rollout, trainer_version), band)

@@ -10,6 +10,7 @@ from grpo_lightning.config.base import Schema, check, choice, option
 
 HF_DECODERS = ("fused", "loop", "generate")
 ROLLOUT_MODES = ("sync", "async")
+OFF_POLICY_ACTIONS = ("drop", "mask")  # what async generation does with samples beyond max_off_policy_steps
 
 
 def is_loopback_host(host: str) -> bool:
@@ -132,6 +133,12 @@ class RolloutConfig(Schema):
     max_staleness: int = option(
         1, "async: how many generation batches run ahead of training (each is that many optimizer steps stale)."
     )
+    max_off_policy_steps: int = option(
+        8, "async: most optimizer steps a trained token may lag the weights that sampled it; 0 = synchronous."
+    )
+    off_policy_action: str = option(
+        "drop", f"async: what happens to samples beyond max_off_policy_steps, one of {OFF_POLICY_ACTIONS}."
+    )
     vllm: VLLMConfig = option(VLLMConfig(), "vLLM engine settings (rollout.engine=vllm).")
     dynamic_sampling: bool = option(
         False, "DAPO's dynamic sampling: drop groups with equal rewards and draw more prompts to fill the batch."
@@ -173,8 +180,15 @@ class RolloutConfig(Schema):
         check(problems, self.max_staleness >= 1, f"{p}max_staleness={self.max_staleness} must be >= 1")
         check(
             problems,
-            self.mode != "async" or self.engine == "vllm",
-            f"{p}mode=async needs {p}engine=vllm (the HF engine generates with the policy being trained)",
+            self.max_off_policy_steps >= 0,
+            f"{p}max_off_policy_steps={self.max_off_policy_steps} must be >= 0 (0 = synchronous)",
+        )
+        choice(problems, f"{p}off_policy_action", self.off_policy_action, OFF_POLICY_ACTIONS)
+        check(
+            problems,
+            self.mode != "async" or self.engine != "hf",
+            f"{p}mode=async needs {p}engine=vllm or a plug-in engine that generates in the background "
+            "(the HF engine generates with the policy being trained)",
         )
         return problems
 

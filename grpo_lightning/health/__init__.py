@@ -1,4 +1,4 @@
-"""Health checks that diagnose the failures F1-F7 (docs/failure_modes.md) while a run trains.
+"""Health checks that diagnose the failures F1-F8 (docs/failure_modes.md) while a run trains.
 
 Each check is one file that registers its class and its options dataclass
 (``@register_check(Options)``, ``health.<name>.*``); importing this package registers them all.
@@ -17,6 +17,7 @@ from grpo_lightning.health.diversity import DiversityCheck
 from grpo_lightning.health.duplicates import CrossRankDuplicatesCheck
 from grpo_lightning.health.episode_failures import EpisodeFailuresCheck
 from grpo_lightning.health.episode_limits import EpisodeLimitsCheck
+from grpo_lightning.health.mismatch import MismatchCheck
 from grpo_lightning.health.no_update import NoUpdateCheck
 from grpo_lightning.health.nonfinite import NonFiniteCheck
 from grpo_lightning.health.normalization import NormalizationCheck
@@ -42,6 +43,7 @@ __all__ = [
     "HealthCheck",
     "HealthCheckError",
     "HealthWarning",
+    "MismatchCheck",
     "NoUpdateCheck",
     "NonFiniteCheck",
     "NormalizationCheck",

@@ -1,0 +1,170 @@
+"""The engine-trainer mismatch of one generation batch, measured on every step.
+
+The rollout engine reports the log-prob of every token it sampled (after temperature and
+truncation); the trainer computes its own in the first forward pass of the step, before the
+update. Their difference is the off-policy gap the loss silently assumes away. Conventions
+(those of verl's ``rollout_corr`` metrics, so the numbers compare):
+
+* ``d_t = log pi_train(y_t) - log pi_engine(y_t)``; the importance ratio ``r_t = exp(d_t)``
+  (log ratio clamped to +-20 before ``exp``), the sequence ratio ``R = exp(sum_t d_t)``;
+* ``k1 = mean(-d)`` (signed: KL(engine || train) by its k1 estimator; verl's ``kl``), positive
+  when the engine is more confident than the trainer (truncated sampling);
+* ``k3 = mean(r - 1 - d)`` (>= 0), ``chi2_token = mean(r^2) - 1``, ``chi2_seq = mean(R^2) - 1``;
+* effective sample size ``ess = mean(r)^2 / mean(r^2)`` (verl's 1 / mean(w~^2), w~ = r / mean(r));
+* the IS weight statistics are of the raw ratios (before any correction truncates them);
+* ``outside_band_frac``: tokens whose ratio lies outside the correction's band [lo, hi];
+  ``seq_outside_band_frac``: sequences whose ``R`` does; ``masked_*``: what a correction's
+  mask removed (given by the caller; 0 when no correction masks).
+
+Samples the current weights generated (version lag 0) are measured apart from lagged ones,
+whose gap mixes staleness with mismatch. :func:`mismatch_sums` returns additive sums and
+extremes (they add up over micro-batches and ranks); :func:`mismatch_metrics` turns them into
+the ``mismatch/*`` metrics. Pure tensor math in float64, read once per step (one host transfer).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+LOG_RATIO_CLAMP = 20.0
+EARLY_TOKENS = 2  # the first completion tokens, where a stale prefix cache shows most
+SIGN_EPS = 1e-3  # |d| below this counts as neither sign (precision noise)
+# Additive per-group totals; the extremes are kept apart (max over groups, not sums).
+SUMS = (
+    "tokens", "seqs", "k1", "k3", "abs_dlogp", "abs_dp", "w", "w2", "outside", "seq_r2", "seq_outside",
+    "neg", "pos", "early_abs", "early_tokens", "late_abs", "masked_tokens", "masked_seqs", "eng", "eng2", "d_eng",
+)  # fmt: skip
+MAXES = ("abs_dlogp_max", "abs_dp_max", "w_max", "negw_max")  # negw_max = -min(r)
+GROUPS = ("lag0", "lagged")
+
+
+def _group_sums(d, eng, p_train, p_eng, mask, seq_on, band, masked, early) -> list[torch.Tensor]:
+    """SUMS then MAXES of the tokens ``mask`` (float) and the sequences ``seq_on`` (float)."""
+    lo, hi = band
+    on = mask > 0
+    r = torch.exp(d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    seq_r = torch.exp((d * mask).sum(dim=1).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    abs_d, abs_dp = d.abs(), (p_train - p_eng).abs()
+    none = d.new_full((), -math.inf)  # the extreme of no token (the group is then not reported)
+
+    def total(x):
+        return (x * mask).sum()
+
+    def extreme(x):
+        return torch.where(on, x, none).amax() if x.numel() else none
+
+    return [
+        mask.sum(),
+        seq_on.sum(),
+        total(-d),
+        total(r - 1 - d),
+        total(abs_d),
+        total(abs_dp),
+        total(r),
+        total(r * r),
+        total(((r < lo) | (r > hi)).float()),
+        (seq_r * seq_r * seq_on).sum(),
+        (((seq_r < lo) | (seq_r > hi)).float() * seq_on).sum(),
+        total((d < -SIGN_EPS).float()),
+        total((d > SIGN_EPS).float()),
+        total(abs_d * early),
+        total(early),
+        total(abs_d * (1 - early)),
+        total(masked),
+        ((masked * mask).sum(dim=1).gt(0).float() * seq_on).sum(),
+        total(eng),  # with the next two: the slope of d against the engine's log-prob (a temperature gone missing)
+        total(eng * eng),
+        total(d * eng),
+        extreme(abs_d),
+        extreme(abs_dp),
+        extreme(r),
+        extreme(-r),  # min(r) = -max(-r)
+    ]
+
+
+@torch.no_grad()
+def mismatch_sums(
+    trainer_logp: torch.Tensor,
+    engine_logp: torch.Tensor,
+    mask: torch.Tensor,
+    lag: torch.Tensor | None = None,
+    band: tuple[float, float] = (0.0, 2.0),
+    masked: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """Totals of the mismatch of [B, T] log-probs over the tokens ``mask`` marks, per group
+    (``lag0_*`` and ``lagged_*``) plus ``lag_sum`` / ``lag_max`` over all tokens.
+
+    ``lag`` [B, T] (or [B]) is each token's version lag (optimizer steps between the weights
+    that sampled it and the trainer's; None: 0); ``masked`` [B, T] the tokens a correction
+    removed from the loss. A sequence is lagged if any of its tokens is.
+    """
+    # float64: the variance of the weights is a difference of nearly equal sums (cheap at [B, T]).
+    mask = mask.double()
+    trainer_logp, engine_logp = trainer_logp.detach().double(), engine_logp.detach().double()
+    d = (trainer_logp - engine_logp) * mask  # padding: d = 0
+    p_train, p_eng = trainer_logp.exp() * mask, engine_logp.exp() * mask
+    lag = torch.zeros_like(mask) if lag is None else lag.double().expand_as(mask) * mask
+    masked = torch.zeros_like(mask) if masked is None else masked.double() * mask
+    position = torch.cumsum(mask, dim=1)
+    early = ((position <= EARLY_TOKENS) & (mask > 0)).double()
+    seq_real = mask.sum(dim=1) > 0
+    seq_lagged = (lag > 0).any(dim=1)
+    values = []
+    for lagged in (False, True):
+        seq_on = (seq_real & (seq_lagged == lagged)).double()
+        values += _group_sums(
+            d, engine_logp * mask, p_train, p_eng, mask * seq_on[:, None], seq_on, band, masked, early
+        )
+    values += [lag.sum(), lag.amax() if lag.numel() else lag.new_zeros(())]
+    flat = torch.stack(values).double().tolist()  # the one host read
+    keys = [f"{g}_{k}" for g in GROUPS for k in (*SUMS, *MAXES)] + ["lag_sum", "lag_max"]
+    return dict(zip(keys, flat, strict=True))
+
+
+def add_sums(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    """Two sets of :func:`mismatch_sums` totals as one (sums add, extremes take the larger)."""
+    if not a:
+        return dict(b)
+    return {k: max(a[k], b[k]) if k.endswith("_max") else a[k] + b[k] for k in a}
+
+
+def group_metrics(sums: dict[str, float], group: str) -> dict[str, float]:
+    """The metrics of one group (``lag0`` or ``lagged``) of :func:`mismatch_sums` totals; empty if it has no token."""
+    s = {k[len(group) + 1 :]: v for k, v in sums.items() if k.startswith(group + "_")}
+    n, seqs = s["tokens"], s["seqs"]
+    if n <= 0:
+        return {}
+    w_mean, w2_mean = s["w"] / n, s["w2"] / n
+    return {
+        "k1": s["k1"] / n,
+        "k3": s["k3"] / n,
+        "abs_logp_diff_mean": s["abs_dlogp"] / n,
+        "abs_logp_diff_max": s["abs_dlogp_max"],
+        "abs_p_diff_mean": s["abs_dp"] / n,
+        "abs_p_diff_max": s["abs_dp_max"],
+        "is_weight_mean": w_mean,
+        "is_weight_std": math.sqrt(max(w2_mean - w_mean * w_mean, 0.0)),
+        "is_weight_min": -s["negw_max"],
+        "is_weight_max": s["w_max"],
+        "ess": w_mean * w_mean / w2_mean if w2_mean > 0 else 1.0,
+        "outside_band_frac": s["outside"] / n,
+        "seq_outside_band_frac": s["seq_outside"] / max(seqs, 1.0),
+        "masked_token_frac": s["masked_tokens"] / n,
+        "masked_seq_frac": s["masked_seqs"] / max(seqs, 1.0),
+        "chi2_token": w2_mean - 1.0,
+        "chi2_seq": s["seq_r2"] / max(seqs, 1.0) - 1.0,
+        "tokens": n,
+    }
+
+
+def mismatch_metrics(sums: dict[str, float]) -> dict[str, float]:
+    """``mismatch/*`` (lag-0 samples), ``mismatch/lagged/*`` and the version lag from :func:`mismatch_sums` totals."""
+    metrics = {f"mismatch/{k}": v for k, v in group_metrics(sums, "lag0").items()}
+    metrics.update({f"mismatch/lagged/{k}": v for k, v in group_metrics(sums, "lagged").items()})
+    tokens = sums["lag0_tokens"] + sums["lagged_tokens"]
+    if tokens > 0:
+        metrics["mismatch/version_lag_mean"] = sums["lag_sum"] / tokens
+        metrics["mismatch/version_lag_max"] = sums["lag_max"]
+    return metrics
