@@ -28,6 +28,7 @@ from grpo_lightning.models.compile import compile_training_models
 from grpo_lightning.models.memory import check_memory
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rewards import RewardScorer
+from grpo_lightning.rewards.sources import bind_sources
 from grpo_lightning.rollout import (
     ENGINES,
     AsyncRolloutGenerator,
@@ -187,6 +188,7 @@ def build_run(cfg: TrainConfig, *, engine: RolloutEngine | None = None, logged_c
     if r.mode == "async":
         generator_cls, extra = AsyncRolloutGenerator, {"max_staleness": r.max_staleness}
     v = r.vllm
+    bind_sources(cfg.rewards)  # rewards.<source>.* for the sources task.rewards names
     rollout = generator_cls(
         engine=engine if engine is not None else build_engine_factory(cfg, tokenizer),
         tokenizer=tokenizer,
