@@ -4,6 +4,7 @@ The generic rewards live here; each task's own rewards live with it (``grpo_ligh
 
 from grpo_lightning.rewards import generic as _generic  # noqa: F401  (registers rewards)
 from grpo_lightning.rewards import overlong as _overlong  # noqa: F401  (registers rewards)
+from grpo_lightning.rewards import sources as _sources  # noqa: F401  (registers reward_model, judge, code_tests)
 from grpo_lightning.rewards.config_check import reward_name_problems
 from grpo_lightning.rewards.registry import REWARD_FUNCTIONS, get_reward, register_reward
 from grpo_lightning.rewards.scorer import RewardFunctionError, RewardScorer, WeightedReward

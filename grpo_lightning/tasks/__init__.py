@@ -12,9 +12,10 @@ given in ``plugins=[my_task.py]``. :data:`TASKS` is defined in the config layer 
 """
 
 from grpo_lightning.config.task import TASKS, TaskConfig
-from grpo_lightning.tasks import arithmetic, dataset, gsm, reasoning_gym  # noqa: F401  (register the tasks)
+from grpo_lightning.tasks import arithmetic, code, dataset, gsm, reasoning_gym  # noqa: F401  (register the tasks)
 from grpo_lightning.tasks.arithmetic import ArithmeticTaskConfig, arithmetic_records
 from grpo_lightning.tasks.base import checked, split, task_records
+from grpo_lightning.tasks.code import CodeTaskConfig
 from grpo_lightning.tasks.dataset import DatasetTaskConfig
 from grpo_lightning.tasks.gsm import GsmTaskConfig
 from grpo_lightning.tasks.reasoning_gym import ReasoningGymTaskConfig
@@ -22,6 +23,7 @@ from grpo_lightning.tasks.reasoning_gym import ReasoningGymTaskConfig
 __all__ = [
     "TASKS",
     "ArithmeticTaskConfig",
+    "CodeTaskConfig",
     "DatasetTaskConfig",
     "GsmTaskConfig",
     "ReasoningGymTaskConfig",
