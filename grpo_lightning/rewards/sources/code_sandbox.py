@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -164,7 +165,9 @@ class CodeTestsReward:
         return passed / total if self.options.partial_credit else float(passed == total)
 
     def _passes(self, program: str, case: CodeTest) -> bool:
-        if case.assertion is not None:
-            return run_python(f"{program}\n\n{case.assertion}\n", "", self.limits).ok
+        if case.assertion is not None:  # a secret line printed after the assert: os._exit(0) earlier fails
+            marker = secrets.token_hex(8)
+            result = run_python(f"{program}\n\n{case.assertion}\nprint({marker!r})\n", "", self.limits)
+            return result.ok and marker in result.stdout
         result = run_python(program, case.stdin, self.limits)
         return result.ok and same_output(result.stdout, case.expected or "")

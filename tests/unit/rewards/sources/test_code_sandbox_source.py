@@ -65,6 +65,7 @@ def test_assert_tests_and_partial_credit(clean):
     assert score("def add(a, b):\n    return a + b", ADD_ASSERTS) == 1.0
     assert score(half, ADD_ASSERTS) == 0.0
     assert score(half, ADD_ASSERTS, partial_credit=True) == pytest.approx(2 / 3)
+    assert score("import os\nos._exit(0)", ADD_ASSERTS) == 0.0  # exiting before the asserts is no pass
 
 
 def test_infinite_loop_is_stopped_by_cpu_time_or_the_wall_clock(clean):
