@@ -71,7 +71,7 @@ class RewardModelReward:
         self.device = resolve_device(options.device)
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.tokenizer.truncation_side = "left"
-        self.model = AutoModelForSequenceClassification.from_pretrained(folder, torch_dtype=DTYPES[options.dtype])
+        self.model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=DTYPES[options.dtype])
         self.model.to(self.device).eval().requires_grad_(False)
         if self.tokenizer.pad_token_id is None:  # batching needs one; the classifier reads the last real token
             self.tokenizer.pad_token = self.tokenizer.eos_token

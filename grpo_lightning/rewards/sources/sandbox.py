@@ -24,9 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_lightning.rewards.sources import sandbox_launcher
-
-LAUNCHER = sandbox_launcher.__file__
+LAUNCHER = str(Path(__file__).with_name("sandbox_launcher.py"))  # run as a script, never imported here
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 UID_BASE = 200000 + (os.getpid() % 10000) * 64  # per trainer process: concurrent runs get distinct uids
 
