@@ -116,7 +116,10 @@ def test_written_files_stay_in_the_removed_directory(clean):
     outside = os.path.join(tempfile.gettempdir(), f"sandbox-escape-{os.getpid()}.txt")
     code = f"open('mine.txt', 'w').write('x')\ntry:\n    open({outside!r}, 'w').write('x')\nexcept OSError:\n    pass\n"
     assert score(code + CORRECT) == 1.0
-    assert not os.path.exists(outside)
+    if isolation_available():  # a private /tmp; without namespaces the shared one keeps it (docs/rewards.md)
+        assert not os.path.exists(outside)
+    else:
+        os.remove(outside)
     big = "open('big', 'wb').write(b'0' * (64 * 2**20))\n" + CORRECT
     assert score(big, file_mb=1) == 0.0
 
