@@ -61,10 +61,6 @@ class CodeTaskConfig(TaskConfig):
     name: str = task_name("code")
     max_k: int = option(9, "Each family's parameter k runs from 1 to this value (prompts: families x max_k).")
     rewards: dict[str, float] = option({"code_tests": 1.0}, "Reward function name -> weight.")
-    correctness_reward: str = option("code_tests", "The reward whose score 1 means 'correct' (val/accuracy).")
-    instruction: str = option(
-        " Reply with only the function in a ```python code block.", "Text appended to every question."
-    )
 
     def check_fields(self, p: str) -> list[str]:
         problems = super().check_fields(p)

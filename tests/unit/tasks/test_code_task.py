@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from grpo_lightning.config import TrainConfig, validate_config
+from grpo_lightning.config import validate_config
+from grpo_lightning.config.compose import compose
 from grpo_lightning.rewards import REWARD_FUNCTIONS
 from grpo_lightning.tasks.code import FAMILIES, CodeTaskConfig, code_records
 
@@ -39,7 +40,8 @@ def test_right_functions_pass_and_wrong_ones_fail():
     assert reward(prompts=names, completions=wrong, tests=tests) == [0.0] * len(names)
 
 
-def test_the_task_validates_with_its_own_rewards():
-    cfg = TrainConfig(task=CodeTaskConfig())
+def test_the_task_composes_with_its_own_rewards(tmp_path):
+    cfg, _ = compose([f"trainer.output_dir={tmp_path}", "task=code"])
     validate_config(cfg)
+    assert isinstance(cfg.task, CodeTaskConfig) and cfg.task.max_k == 9
     assert cfg.task.rewards == {"code_tests": 1.0} and cfg.task.correctness_reward == "code_tests"
