@@ -35,6 +35,7 @@ from grpo_lightning.models.compile import compile_training_models
 from grpo_lightning.models.lora import apply_lora, lora_enabled
 from grpo_lightning.models.memory import check_memory
 from grpo_lightning.module import GRPOModule
+from grpo_lightning.rewards.sources import bind_sources
 from grpo_lightning.rollout import (
     ENGINES,
     AsyncRolloutGenerator,
@@ -243,6 +244,7 @@ def build_run(
         extra = {"max_staleness": r.max_staleness, "max_off_policy_steps": r.max_off_policy_steps}
         extra["off_policy_action"] = r.off_policy_action
     v = r.vllm
+    bind_sources(cfg.rewards)  # rewards.<source>.* for the sources task.rewards names
     rollout = generator_cls(
         engine=engine if engine is not None else build_engine_factory(cfg, tokenizer),
         tokenizer=tokenizer,

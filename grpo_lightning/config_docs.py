@@ -21,6 +21,7 @@ from typing import Any
 
 import grpo_lightning  # noqa: F401  (registers the shipped tasks and rewards)
 from grpo_lightning.config import TASKS, TaskConfig, TrainConfig
+from grpo_lightning.config.nodes import PluginNodes
 
 NOTES = Path(__file__).resolve().parent.parent / "docs" / "configuration_notes.md"
 COMMAND = "python -m grpo_lightning.config_docs > docs/configuration.md"
@@ -135,7 +136,14 @@ def group_table(group: str) -> str:
         return "\n".join(lines)
     if group not in group_names():
         raise KeyError(f"no config group {group!r}; one of {group_names()}")
-    return "\n".join(_tables(group, getattr(cfg, group), group + "."))
+    instance = getattr(cfg, group)
+    lines = _tables(group, instance, group + ".")
+    if isinstance(
+        instance, PluginNodes
+    ):  # one node per registered entry with options (health.<check>, rewards.<source>)
+        for name, node in instance.nodes().items():
+            lines += _tables(f"{group}.{name}", node, f"{group}.{name}.")
+    return "\n".join(lines)
 
 
 def _task_choice() -> str:

@@ -194,6 +194,7 @@ def vllm_server():
     engine.close()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist (``--dist loadgroup``), every test of the session's vLLM engine or server
     runs on one worker, so each is started once, not once per worker."""

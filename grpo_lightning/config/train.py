@@ -16,6 +16,7 @@ from grpo_lightning.config.eval import EvalConfig
 from grpo_lightning.config.health import HealthConfig
 from grpo_lightning.config.logger import LoggerConfig
 from grpo_lightning.config.model import ModelConfig
+from grpo_lightning.config.reward_sources import RewardSourcesConfig
 from grpo_lightning.config.rollout import RolloutConfig
 from grpo_lightning.config.task import TaskConfig, task_options
 from grpo_lightning.config.trainer import TrainerConfig
@@ -54,6 +55,9 @@ class TrainConfig(Schema):
     logger: LoggerConfig = option(LoggerConfig(), "Metrics logging.")
     health: HealthConfig = option(HealthConfig(), "The health monitor: one check per failure (docs/failure_modes.md).")
     eval: EvalConfig = option(EvalConfig(), "Held-out evaluation: val/accuracy (greedy) and val/pass@k.")
+    rewards: RewardSourcesConfig = option(
+        RewardSourcesConfig(), "Options of reward sources named in task.rewards: reward_model, judge, code_tests."
+    )
 
     def check_fields(self, p: str) -> list[str]:
         """The rules that span groups."""

@@ -5,6 +5,7 @@ The generic rewards live here; each task's own rewards live with it (``grpo_ligh
 from grpo_lightning.rewards import accuracy as _accuracy  # noqa: F401  (registers rewards)
 from grpo_lightning.rewards import generic as _generic  # noqa: F401  (registers rewards)
 from grpo_lightning.rewards import overlong as _overlong  # noqa: F401  (registers rewards)
+from grpo_lightning.rewards import sources as _sources  # noqa: F401  (registers reward_model, judge, code_tests)
 from grpo_lightning.rewards.calling import RewardState
 from grpo_lightning.rewards.config_check import reward_name_problems
 from grpo_lightning.rewards.lookup import find_reward

@@ -14,6 +14,7 @@ given in ``plugins=[my_task.py]``. :data:`TASKS` is defined in the config layer 
 from grpo_lightning.config.task import TASKS, TaskConfig
 from grpo_lightning.tasks import (  # noqa: F401  (register the tasks)
     arithmetic,
+    code,
     dataset,
     gsm,
     guess_number,
@@ -23,6 +24,7 @@ from grpo_lightning.tasks import (  # noqa: F401  (register the tasks)
 )
 from grpo_lightning.tasks.arithmetic import ArithmeticTaskConfig, arithmetic_records
 from grpo_lightning.tasks.base import checked, split, task_records
+from grpo_lightning.tasks.code import CodeTaskConfig
 from grpo_lightning.tasks.dataset import DatasetTaskConfig
 from grpo_lightning.tasks.gsm import GsmTaskConfig
 from grpo_lightning.tasks.mixed import MixedTaskConfig, source_weights, task_scorer
@@ -31,6 +33,7 @@ from grpo_lightning.tasks.reasoning_gym import ReasoningGymTaskConfig
 __all__ = [
     "TASKS",
     "ArithmeticTaskConfig",
+    "CodeTaskConfig",
     "DatasetTaskConfig",
     "GsmTaskConfig",
     "MixedTaskConfig",
