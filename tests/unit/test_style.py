@@ -1,5 +1,5 @@
 """ruff's lint rules ([tool.ruff.lint]: E, F, I, B, UP and PLC0415 against in-function imports)
-and its formatter hold on the package and the tests."""
+and its formatter hold where make lint checks them."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ ROOT = Path(__file__).resolve().parents[2]
 RUFF = Path(sys.executable).parent / "ruff"
 
 
-@pytest.mark.parametrize("command", [["check"], ["format", "--check"]])
+# The same paths as make lint (Makefile): lint rules on the code, the formatter on everything
+# (notebooks and Markdown code blocks included).
+@pytest.mark.parametrize("command", [["check", "grpo_lightning", "tests", "examples"], ["format", "--check", "."]])
 def test_ruff_is_clean(command):
     if not RUFF.exists():
         pytest.skip("ruff is not installed (pip install -e '.[dev]')")
-    result = subprocess.run(
-        [str(RUFF), *command, "grpo_lightning", "tests"], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    result = subprocess.run([str(RUFF), *command], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-1000:]
