@@ -1,6 +1,6 @@
 """The module's side of its rollout engine: the weight sync and the engine's release.
 
-For a sync, gather the policy's tensors (and, to verify, score a probe with the policy),
+For a sync, gather the policy's tensors (and, to verify, score the canary with the policy),
 then hand both to the rollout generator's :class:`WeightSync`; the sync sees only those
 records, and nothing flows back into the module but metrics.
 """
@@ -15,7 +15,7 @@ import torch
 from grpo_lightning.models.lora import engine_weights
 from grpo_lightning.rollout.generator import RolloutGenerator
 from grpo_lightning.rollout.weight_sync import ProbeScores, WeightSync
-from grpo_lightning.step import PolicyWeights, RolloutBatch
+from grpo_lightning.step import PolicyWeights
 
 
 def policy_weights(policy: torch.nn.Module, version: int) -> PolicyWeights:
@@ -26,9 +26,9 @@ def policy_weights(policy: torch.nn.Module, version: int) -> PolicyWeights:
 
 
 @torch.no_grad()
-def probe_scores(module, probe: RolloutBatch | None = None, tokenizer=None) -> ProbeScores:
-    """The policy's log-probs (temperature 1, eval mode) of the probe the engine must match."""
-    prompt, completion = WeightSync.probe_ids(probe, tokenizer)
+def probe_scores(module, tokenizer=None) -> ProbeScores:
+    """The policy's log-probs (temperature 1, eval mode) of the canary the engine must match."""
+    prompt, completion = WeightSync.probe_ids(tokenizer)
     ids = torch.tensor([prompt + completion], device=module.device)
     was_training = module.policy.training
     module.policy.eval()
@@ -39,7 +39,7 @@ def probe_scores(module, probe: RolloutBatch | None = None, tokenizer=None) -> P
     return ProbeScores(prompt, completion, logp.logp[0].float().cpu())
 
 
-def push_weights(module, step: int, probe: RolloutBatch | None = None, force: bool = False) -> dict[str, float]:
+def push_weights(module, step: int, force: bool = False) -> dict[str, float]:
     """Sync the engine of ``module.rollout`` if it owns weights and a sync is due (or ``force``);
     returns the metrics to log (empty when nothing ran)."""
     generator = module.rollout
@@ -47,7 +47,7 @@ def push_weights(module, step: int, probe: RolloutBatch | None = None, force: bo
     if sync is None or not (force or sync.due(step)):
         return {}
     weights = policy_weights(module.policy, step)
-    expected = probe_scores(module, probe, generator.tokenizer) if sync.verify else None
+    expected = probe_scores(module, generator.tokenizer) if sync.verify else None
     return generator.sync_weights(weights, expected, rank=module.global_rank)
 
 

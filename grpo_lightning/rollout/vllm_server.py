@@ -37,7 +37,9 @@ engine's worker thread ran its generation (``rollout/weight_version_lag``).
 
 from __future__ import annotations
 
+import json
 import time
+import warnings
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -47,11 +49,15 @@ import grpo_lightning.rollout.server_guard as server_guard
 from grpo_lightning.config import VLLMConfig
 from grpo_lightning.rollout.engine import Completion, EngineError, GenerationRequest, Sampling
 from grpo_lightning.rollout.server_guard import VLLMServerError
+from grpo_lightning.rollout.sync_watchdog import SyncAttempt
 from grpo_lightning.rollout.temp_folders import owned_temp_dir
-from grpo_lightning.rollout.transports import TRANSPORTS
+from grpo_lightning.rollout.transports import make_transport
 from grpo_lightning.rollout.vllm_server_client import ServerClient
 from grpo_lightning.rollout.vllm_server_process import SERVED_NAME, VLLMServer, base_url, launch_shared, rank
+from grpo_lightning.rollout.weight_sync import WeightSyncError
 from grpo_lightning.step import PolicyWeights
+
+_RPC_HINT = " (a server started by hand needs VLLM_SERVER_DEV_MODE=1 for /collective_rpc)"
 
 __all__ = ["ServerClient", "VLLMServer", "VLLMServerEngine", "VLLMServerError"]
 
@@ -69,13 +75,13 @@ class VLLMServerEngine:
         eos_token_id: int | None = None,
         server: VLLMServer | None = None,
         token: str | None = None,
-        transport: str = "folder",
+        transport: str | None = None,
     ):
         self.config = config  # rollout.vllm; its server group says how to reach and wait for the server
         s = config.server
         self.server = server
         self.eos_token_id = eos_token_id
-        self.transport = TRANSPORTS[transport]()
+        self.transport = make_transport(transport or config.sync.transport, config.sync)
         self.client = ServerClient(
             url,
             s.timeout_s,
@@ -173,27 +179,62 @@ class VLLMServerEngine:
         return [float(scored[i][str(sequence[i])]["logprob"]) for i in range(len(prompt_ids), len(sequence))]
 
     # ------------------------------------------------------------------ weights
-    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> float:
-        """Every rank: finish queued generations, meet at a barrier; rank 0 pushes ``version``,
-        the others wait until the server reports it. Returns the seconds this rank spent."""
+    verifies_before_commit = True  # load_weights(check=...) runs the canary before the version bump
+
+    def load_weights(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None, check=None
+    ) -> float:
+        """Every rank: finish queued generations, meet at a barrier; rank 0 pushes ``version``
+        (under the sync watchdog, retried on failure), the others wait until the server reports
+        it. ``check`` (the canary comparison) runs after the push and before the server's version
+        is bumped, so a failed, partial or wrong sync never shows as the new version. Returns the
+        seconds this rank spent."""
         start = time.perf_counter()
         version = (self.weight_version or 0) + 1 if version is None else version
         self._worker.submit(lambda: None).result()  # this rank's queued generations are done
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.barrier()  # ... and every other rank's
         if rank() == 0:
-            self._push(named_tensors, version)
+            self._push_with_retries(list(named_tensors), version, check)
         else:
             self._wait_for_version(version)
+            if check is not None:
+                check()
         self.weight_version = version
         return time.perf_counter() - start
 
-    def _push(self, named_tensors, version: int) -> None:
-        self.transport.push(PolicyWeights(named_tensors, version), self)
+    def _push_with_retries(self, tensors, version: int, check) -> None:
+        s = self.config.sync
+        for attempt in range(1, s.retries + 2):
+            what = f"the weight sync to version {version} (attempt {attempt} of {s.retries + 1})"
+            try:
+                SyncAttempt(what, s.timeout_s, getattr(self.transport, "abort", None)).run(
+                    lambda sync: self._push(tensors, version, check, sync)
+                )
+                return
+            except WeightSyncError:
+                raise  # the canary disagrees: pushing the same weights again cannot fix that
+            except Exception as err:
+                if attempt > s.retries:
+                    if isinstance(err, VLLMServerError):
+                        raise
+                    raise VLLMServerError(f"{what} to {self.client.url} failed: {type(err).__name__}: {err}") from err
+                warnings.warn(f"{what} failed ({type(err).__name__}: {err}); retrying", stacklevel=2)
+
+    def _push(self, tensors, version: int, check, sync: SyncAttempt) -> None:
+        self.transport.push(PolicyWeights(tensors, version), self)
         self.client.call("POST", "/reset_prefix_cache", "the prefix-cache reset")
+        if check is not None:
+            check()
+        sync.check_not_cancelled()  # a push that outlived its deadline commits nothing
         self.client.call(
             "POST", "/update_weight_version", "the weight version update", json={"new_version": str(version)}
         )
+
+    def worker_call(self, method: str, what: str, spec: dict) -> list:
+        """``method`` of every vLLM worker (a worker extension's) with ``spec`` as one JSON string."""
+        body = {"method": method, "args": [json.dumps(spec)], "timeout": self.config.sync.timeout_s}
+        return self.client.call("POST", "/collective_rpc", what, json=body, hint=_RPC_HINT)["results"]
 
     def reload_weights(self, **source) -> None:
         """The server's ``reload_weights`` (what a transport calls): from a folder it can read."""
@@ -204,7 +245,7 @@ class VLLMServerEngine:
             "/collective_rpc",
             "the weight reload",
             json={"method": "reload_weights", "kwargs": source},
-            hint=" (a server started by hand needs VLLM_SERVER_DEV_MODE=1 for /collective_rpc)",
+            hint=_RPC_HINT,
         )
 
     def sync_folder(self) -> str:
@@ -212,7 +253,8 @@ class VLLMServerEngine:
         return self.config.server.sync_dir or self._sync_dir.name
 
     def _wait_for_version(self, version: int) -> None:
-        timeout = self.config.server.timeout_s
+        s = self.config.sync  # rank 0's every attempt, and a little more
+        timeout = min(self.config.server.timeout_s, (s.retries + 1) * s.timeout_s + 5.0)
         deadline = time.perf_counter() + timeout
         while True:
             held = self.client.call("GET", "/weight_info", "GET /weight_info")["weight_version"]
@@ -220,8 +262,9 @@ class VLLMServerEngine:
                 return
             if time.perf_counter() > deadline:
                 raise VLLMServerError(
-                    f"rank {rank()} waited rollout.vllm.server.timeout_s={timeout:g} s for the "
-                    f"vLLM server {self.client.url} to hold weight version {version} (rank 0 pushes it); it holds {held!r}"
+                    f"rank {rank()} waited {timeout:g} s (rollout.vllm.sync.timeout_s x attempts) for the vLLM "
+                    f"server {self.client.url} to hold weight version {version} (rank 0 pushes it); it holds {held!r}: "
+                    f"rank 0's sync failed or hangs (see its error)"
                 )
             time.sleep(0.05)
 
@@ -230,6 +273,8 @@ class VLLMServerEngine:
         self._worker.shutdown(wait=False, cancel_futures=True)
         self._requests.shutdown(wait=False, cancel_futures=True)
         self.client.close()
+        if hasattr(self.transport, "close"):
+            self.transport.close()
         if self.server is not None:
             self.server.stop()
         if self._sync_dir is not None:

@@ -74,6 +74,8 @@ def _command(model_dir: str, config: VLLMConfig, port: int, seed: int) -> list[s
         "processed_logprobs",
         "--kv-cache-memory-bytes",
         str(int(config.kv_cache_gib * 2**30)),
+        "--worker-extension-cls",  # the receiving end of the network weight transport
+        "grpo_lightning.rollout.transports.network_receiver.NetworkWeightReceiver",
     ]
     if config.enforce_eager:
         command.append("--enforce-eager")
