@@ -254,7 +254,7 @@ class VLLMServerEngine:
 
     def _wait_for_version(self, version: int) -> None:
         s = self.config.sync  # rank 0's every attempt, and a little more
-        timeout = min(self.config.server.timeout_s, (s.retries + 1) * s.timeout_s + 5.0)
+        timeout = min(self.config.server.timeout_s, (s.retries + 1) * s.timeout_s + 2.0)
         deadline = time.perf_counter() + timeout
         while True:
             held = self.client.call("GET", "/weight_info", "GET /weight_info")["weight_version"]

@@ -78,7 +78,7 @@ class ServerClient:
         if response.status_code != 200:
             raise VLLMServerError(
                 f"the vLLM server {self.url} answered {what} with HTTP {response.status_code}: "
-                f"{response.text[:500]}{hint}"
+                f"{' '.join(response.text[:500].split())}{hint}"
             )
         return response.json()
 
