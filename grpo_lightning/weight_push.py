@@ -12,15 +12,20 @@ import time
 import lightning as L
 import torch
 
+from grpo_lightning.models.adapter_sync import adapter_weights
 from grpo_lightning.models.lora import engine_weights
 from grpo_lightning.rollout.generator import RolloutGenerator
 from grpo_lightning.rollout.weight_sync import ProbeScores, WeightSync
 from grpo_lightning.step import PolicyWeights
 
 
-def policy_weights(policy: torch.nn.Module, version: int) -> PolicyWeights:
-    """The tensors an engine loads: a LoRA policy's merged weights (out of place, timed), else its state dict."""
+def policy_weights(policy: torch.nn.Module, version: int, adapter: bool = False) -> PolicyWeights:
+    """The tensors an engine loads: a LoRA policy's merged weights (out of place, timed), else its state
+    dict; with ``adapter``, only the LoRA adapter's tensors and config (adapter-only sync)."""
     start = time.perf_counter()
+    if adapter:
+        tensors, config = adapter_weights(policy)
+        return PolicyWeights(tensors, version, time.perf_counter() - start, adapter_config=config)
     tensors = engine_weights(policy)
     return PolicyWeights(tensors, version, time.perf_counter() - start)
 
@@ -46,7 +51,7 @@ def push_weights(module, step: int, force: bool = False) -> dict[str, float]:
     sync = generator.weight_sync if generator is not None else None
     if sync is None or not (force or sync.due(step)):
         return {}
-    weights = policy_weights(module.policy, step)
+    weights = policy_weights(module.policy, step, adapter=getattr(generator.engine, "takes_adapters", False))
     expected = probe_scores(module, generator.tokenizer) if sync.verify else None
     return generator.sync_weights(weights, expected, rank=module.global_rank)
 

@@ -48,6 +48,7 @@ import torch
 import grpo_lightning.rollout.server_guard as server_guard
 from grpo_lightning.config import VLLMConfig
 from grpo_lightning.rollout.engine import Completion, EngineError, GenerationRequest, Sampling
+from grpo_lightning.rollout.lora_adapters import LoraServing, ServedAdapters, adapter_name
 from grpo_lightning.rollout.server_guard import VLLMServerError
 from grpo_lightning.rollout.sync_watchdog import SyncAttempt
 from grpo_lightning.rollout.temp_folders import owned_temp_dir
@@ -76,6 +77,7 @@ class VLLMServerEngine:
         server: VLLMServer | None = None,
         token: str | None = None,
         transport: str | None = None,
+        lora: LoraServing | None = None,
     ):
         self.config = config  # rollout.vllm; its server group says how to reach and wait for the server
         s = config.server
@@ -93,20 +95,25 @@ class VLLMServerEngine:
         self._requests = ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="vllm-server-request")
         self._sync_dir = None if s.sync_dir else owned_temp_dir("vllm-sync")
         self.weight_version: int | None = None  # what the server holds, as this rank knows it
+        self.takes_adapters = lora is not None  # adapter-only sync (lora_adapters.py)
+        self._adapters = ServedAdapters(lora.slots) if lora is not None else None
         self.start_seconds = 0.0
 
     @classmethod
-    def from_policy(cls, policy, tokenizer, config: VLLMConfig, seed: int) -> VLLMServerEngine:
+    def from_policy(
+        cls, policy, tokenizer, config: VLLMConfig, seed: int, lora: LoraServing | None = None
+    ) -> VLLMServerEngine:
         """Connect to ``config.server.url``, or (``launch``) start a server on ``policy``'s weights.
 
         With several ranks only rank 0 launches; the others get its address and token from it
         and wait until it is healthy. A launched server must prove it is ours before training.
+        ``lora``: sync LoRA adapters only (a launched server starts with ``--enable-lora``).
         """
         s = config.server
         server, port, token = None, None, server_guard.api_key_from_env(s.api_key_env)
         if s.launch:
-            server, port, token = launch_shared(policy, tokenizer, config, seed)
-        engine = cls(config, base_url(s, port), tokenizer.eos_token_id, server, token=token)
+            server, port, token = launch_shared(policy, tokenizer, config, seed, lora)
+        engine = cls(config, base_url(s, port), tokenizer.eos_token_id, server, token=token, lora=lora)
         try:
             engine.start_seconds = engine._wait_until_up()
             if s.launch:
@@ -182,34 +189,41 @@ class VLLMServerEngine:
     verifies_before_commit = True  # load_weights(check=...) runs the canary before the version bump
 
     def load_weights(
-        self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None, check=None
+        self,
+        named_tensors: Iterable[tuple[str, torch.Tensor]],
+        version: int | None = None,
+        check=None,
+        adapter_config: dict | None = None,
     ) -> float:
         """Every rank: finish queued generations, meet at a barrier; rank 0 pushes ``version``
         (under the sync watchdog, retried on failure), the others wait until the server reports
         it. ``check`` (the canary comparison) runs after the push and before the server's version
         is bumped, so a failed, partial or wrong sync never shows as the new version. Returns the
-        seconds this rank spent."""
+        seconds this rank spent. With ``adapter_config`` the tensors are a LoRA adapter, loaded under
+        a name of its own that generations then use."""
         start = time.perf_counter()
         version = (self.weight_version or 0) + 1 if version is None else version
         self._worker.submit(lambda: None).result()  # this rank's queued generations are done
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.barrier()  # ... and every other rank's
         if rank() == 0:
-            self._push_with_retries(list(named_tensors), version, check)
+            self._push_with_retries(PolicyWeights(list(named_tensors), version, adapter_config=adapter_config), check)
         else:
             self._wait_for_version(version)
+            if adapter_config is not None:
+                self.client.model = adapter_name(version)
             if check is not None:
                 check()
         self.weight_version = version
         return time.perf_counter() - start
 
-    def _push_with_retries(self, tensors, version: int, check) -> None:
-        s = self.config.sync
+    def _push_with_retries(self, weights: PolicyWeights, check) -> None:
+        s, version = self.config.sync, weights.version
         for attempt in range(1, s.retries + 2):
             what = f"the weight sync to version {version} (attempt {attempt} of {s.retries + 1})"
             try:
                 SyncAttempt(what, s.timeout_s, getattr(self.transport, "abort", None)).run(
-                    lambda sync: self._push(tensors, version, check, sync)
+                    lambda sync: self._push(weights, check, sync)
                 )
                 return
             except WeightSyncError:
@@ -221,15 +235,28 @@ class VLLMServerEngine:
                     raise VLLMServerError(f"{what} to {self.client.url} failed: {type(err).__name__}: {err}") from err
                 warnings.warn(f"{what} failed ({type(err).__name__}: {err}); retrying", stacklevel=2)
 
-    def _push(self, tensors, version: int, check, sync: SyncAttempt) -> None:
-        self.transport.push(PolicyWeights(tensors, version), self)
-        self.client.call("POST", "/reset_prefix_cache", "the prefix-cache reset")
-        if check is not None:
-            check()
-        sync.check_not_cancelled()  # a push that outlived its deadline commits nothing
-        self.client.call(
-            "POST", "/update_weight_version", "the weight version update", json={"new_version": str(version)}
-        )
+    def _push(self, weights: PolicyWeights, check, sync: SyncAttempt) -> None:
+        previous = self.client.model
+        if weights.adapter_config is None:
+            self.transport.push(weights, self)
+        else:
+            self.client.model = self._adapters.load(self.client, self.transport, weights, self)
+        try:
+            self.client.call("POST", "/reset_prefix_cache", "the prefix-cache reset")
+            if check is not None:
+                check()
+            sync.check_not_cancelled()  # a push that outlived its deadline commits nothing
+            self.client.call(
+                "POST",
+                "/update_weight_version",
+                "the weight version update",
+                json={"new_version": str(weights.version)},
+            )
+        except BaseException:
+            self.client.model = previous  # generations stay on the adapter the version names
+            raise
+        if self._adapters is not None:
+            self._adapters.evict(self.client, self.transport, self)
 
     def worker_call(self, method: str, what: str, spec: dict) -> list:
         """``method`` of every vLLM worker (a worker extension's) with ``spec`` as one JSON string."""

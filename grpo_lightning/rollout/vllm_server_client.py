@@ -80,7 +80,8 @@ class ServerClient:
                 f"the vLLM server {self.url} answered {what} with HTTP {response.status_code}: "
                 f"{' '.join(response.text[:500].split())}{hint}"
             )
-        return response.json()
+        # vLLM answers a few routes (the LoRA ones) in plain text.
+        return response.json() if "json" in response.headers.get("content-type", "") else response.text
 
     def _failure(self, err: httpx.HTTPError, what: str, advice: str = "") -> VLLMServerError:
         """``err`` (a timeout, a refused connection, ...) as one line naming the server."""

@@ -52,7 +52,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         pass
 
 
-def _command(model_dir: str, config: VLLMConfig, port: int, seed: int) -> list[str]:
+def _command(model_dir: str, config: VLLMConfig, port: int, seed: int, lora=None) -> list[str]:
     s = config.server
     command = [
         sys.executable,
@@ -81,6 +81,8 @@ def _command(model_dir: str, config: VLLMConfig, port: int, seed: int) -> list[s
         command.append("--enforce-eager")
     if config.max_model_len is not None:
         command += ["--max-model-len", str(config.max_model_len)]
+    if lora is not None:  # adapter-only sync (rollout/lora_adapters.py)
+        command += lora.server_args()
     return command
 
 
@@ -89,7 +91,7 @@ class VLLMServer:
     answers only requests carrying :attr:`token`. ``config`` is ``rollout.vllm`` (its ``server``
     group says where to listen); ``seed`` is the run's."""
 
-    def __init__(self, policy, tokenizer, config: VLLMConfig, seed: int):
+    def __init__(self, policy, tokenizer, config: VLLMConfig, seed: int, lora=None):
         s = config.server
         server_guard.check_bind_host(s.host, s.allow_remote)
         self.config = config
@@ -100,9 +102,11 @@ class VLLMServer:
         save_merged(policy, self._model_dir.name, tokenizer)  # a LoRA policy: its merged weights
         self.log_path = Path(self._model_dir.name) / "server.log"
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", server_auth.TOKEN_ENV: self.token}
+        if lora is not None:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         self._log = open(self.log_path, "w")
         self.process = subprocess.Popen(
-            _command(self._model_dir.name, config, self.port, seed),
+            _command(self._model_dir.name, config, self.port, seed, lora),
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -175,14 +179,14 @@ class VLLMServer:
         model_dir.cleanup()
 
 
-def launch_shared(policy, tokenizer, config: VLLMConfig, seed: int):
+def launch_shared(policy, tokenizer, config: VLLMConfig, seed: int, lora=None):
     """Rank 0 launches; every rank gets the server's port and token from it (or its failure).
 
     Returns ``(server or None, port, token)``."""
     server, failure = None, None
     if rank() == 0:
         try:
-            server = VLLMServer(policy, tokenizer, config, seed)
+            server = VLLMServer(policy, tokenizer, config, seed, lora)
         except Exception as err:  # noqa: BLE001 - the other ranks must hear of it, not wait in the broadcast
             failure = err
     shared = [{"port": server.port, "token": server.token} if server else {"failure": str(failure)}]

@@ -64,12 +64,12 @@ class WeightSync:
             diffs.append(self.check(engine, expected, weights.version))
 
         # The gathering (a LoRA policy's merge) and the engine's own time to load.
+        extra = {"adapter_config": weights.adapter_config} if weights.adapter_config is not None else {}
         if self.verify and getattr(engine, "verifies_before_commit", False):
-            seconds = weights.seconds + engine.load_weights(weights.tensors, version=weights.version, check=check)
-        else:
-            seconds = weights.seconds + engine.load_weights(weights.tensors, version=weights.version)
-            if self.verify:
-                check()
+            extra["check"] = check
+        seconds = weights.seconds + engine.load_weights(weights.tensors, version=weights.version, **extra)
+        if self.verify and "check" not in extra:
+            check()
         self.synced_at_step, self.last_sync_seconds = weights.version, seconds
         self.num_syncs += 1
         metrics = {"rollout/sync_seconds": seconds}

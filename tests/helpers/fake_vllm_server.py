@@ -17,7 +17,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-state = {"version": "0", "completions": 0, "reloads": 0}
+state = {"version": "0", "completions": 0, "reloads": 0, "adapters": []}
 
 
 def _completion(body: dict) -> dict:
@@ -45,7 +45,11 @@ class Handler(BaseHTTPRequestHandler):
         routes = {"/health": {}, "/v1/models": {"data": [{"id": "policy"}]}, "/weight_info": None}
         if self.path not in routes:
             return self.send_error(404)
-        self._answer(routes[self.path] if self.path != "/weight_info" else {"weight_version": state["version"], "reloads": state["reloads"]})
+        self._answer(
+            routes[self.path]
+            if self.path != "/weight_info"
+            else {"weight_version": state["version"], "reloads": state["reloads"], "adapters": state["adapters"]}
+        )
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
@@ -62,9 +66,19 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send_error(500, "reload_weights failed half way: size mismatch for layers.1")
             if reload.startswith("slow:"):
                 time.sleep(float(reload[5:]))
+        if self.path == "/v1/load_lora_adapter":
+            state["adapters"].append(body["lora_name"])
+        if self.path == "/v1/unload_lora_adapter":
+            state["adapters"].remove(body["lora_name"])
         if self.path == "/update_weight_version":
             state["version"] = str(body["new_version"])
-        if self.path in ("/collective_rpc", "/reset_prefix_cache", "/update_weight_version"):
+        if self.path in (
+            "/collective_rpc",
+            "/reset_prefix_cache",
+            "/update_weight_version",
+            "/v1/load_lora_adapter",
+            "/v1/unload_lora_adapter",
+        ):
             return self._answer({})
         self.send_error(404)
 

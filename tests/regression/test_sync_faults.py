@@ -5,55 +5,30 @@ a retry that succeeds), and none bumps the version the server reports."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 import warnings
-from pathlib import Path
-from types import SimpleNamespace
 
-import httpx
 import pytest
 import torch
+from helpers.fake_server_engine import FakeServers, held
 
-from grpo_lightning.config import VLLMConfig, VLLMServerConfig, VLLMSyncConfig
 from grpo_lightning.errors import ServerError
 from grpo_lightning.rollout.sync_watchdog import SyncTimeout
-from grpo_lightning.rollout.vllm_server import VLLMServerEngine, VLLMServerError
+from grpo_lightning.rollout.vllm_server import VLLMServerError
 from grpo_lightning.rollout.weight_sync import ProbeScores, WeightSync, WeightSyncError
 from grpo_lightning.step import PolicyWeights
 
-FAKE = Path(__file__).resolve().parents[1] / "helpers" / "fake_vllm_server.py"
-
 
 @pytest.fixture
-def server(tmp_path, request):
+def server(tmp_path):
     """``server(reload_mode, timeout_s=..., retries=...)``: a fake server and an engine connected to it."""
-    started = []
+    servers = FakeServers(tmp_path)
 
     def start(reload: str = "ok", timeout_s: float = 10.0, retries: int = 0):
-        port_file = tmp_path / f"port-{len(started)}"
-        process = subprocess.Popen([sys.executable, str(FAKE), str(port_file), "0", reload])
-        while not port_file.exists() or not port_file.read_text():
-            time.sleep(0.02)
-        url = f"http://127.0.0.1:{port_file.read_text()}"
-        config = VLLMConfig(
-            server=VLLMServerConfig(url=url, timeout_s=10.0),
-            sync=VLLMSyncConfig(timeout_s=timeout_s, retries=retries),
-        )
-        engine = VLLMServerEngine.from_policy(None, SimpleNamespace(eos_token_id=0), config, seed=0)
-        started.append((process, engine))
-        return engine, process
+        return servers.start(reload, timeout_s=timeout_s, retries=retries)
 
     yield start
-    for process, engine in started:
-        engine.close()
-        process.kill()
-        process.wait()
-
-
-def _held(engine) -> dict:
-    return httpx.get(f"{engine.client.url}/weight_info", timeout=5).json()
+    servers.close()
 
 
 def _weights(version: int = 5) -> PolicyWeights:
@@ -65,7 +40,7 @@ def test_a_reload_that_fails_half_way_is_an_error_and_leaves_the_version(server)
     with pytest.raises(VLLMServerError) as caught:
         engine.load_weights(_weights().tensors, version=5)
     assert "half way" in str(caught.value) and "\n" not in str(caught.value)
-    assert _held(engine)["weight_version"] == "0" and engine.weight_version is None
+    assert held(engine)["weight_version"] == "0" and engine.weight_version is None
 
 
 def test_a_failed_reload_is_retried_and_the_retry_bumps_the_version_once(server):
@@ -74,7 +49,7 @@ def test_a_failed_reload_is_retried_and_the_retry_bumps_the_version_once(server)
         warnings.simplefilter("always")
         engine.load_weights(_weights().tensors, version=5)
     assert any("attempt 1 of 2" in str(w.message) and "retrying" in str(w.message) for w in caught)
-    assert _held(engine) == {"weight_version": "5", "reloads": 2} and engine.weight_version == 5
+    assert held(engine)["weight_version"] == "5" and held(engine)["reloads"] == 2 and engine.weight_version == 5
 
 
 def test_a_reload_that_blocks_ends_within_the_timeout_and_never_commits_later(server):
@@ -85,7 +60,7 @@ def test_a_reload_that_blocks_ends_within_the_timeout_and_never_commits_later(se
     assert time.perf_counter() - start < 1.5
     assert isinstance(caught.value, ServerError) and "rollout.vllm.sync.timeout_s=0.5" in str(caught.value)
     time.sleep(2.0)  # the abandoned reload has answered by now: its version bump must not follow
-    assert _held(engine)["weight_version"] == "0" and engine.weight_version is None
+    assert held(engine)["weight_version"] == "0" and engine.weight_version is None
 
 
 def test_a_server_killed_mid_sync_is_a_clear_error_at_once(server):
@@ -108,9 +83,9 @@ def test_a_canary_the_engine_scores_differently_fails_the_sync_before_the_versio
     sync = WeightSync(verify=True, tolerance=1e-3)
     with pytest.raises(WeightSyncError, match="canary"):
         sync.sync(_weights(), engine, _canary(-2.0))  # the fake scores every token -1.0
-    assert _held(engine)["weight_version"] == "0" and sync.num_syncs == 0
+    assert held(engine)["weight_version"] == "0" and sync.num_syncs == 0
     metrics = sync.sync(_weights(6), engine, _canary(-1.0))
-    assert metrics["rollout/sync_probe_diff"] == 0.0 and _held(engine)["weight_version"] == "6"
+    assert metrics["rollout/sync_probe_diff"] == 0.0 and held(engine)["weight_version"] == "6"
 
 
 def test_other_ranks_wait_for_the_version_no_longer_than_rank_0s_attempts(server):

@@ -43,14 +43,14 @@ class NetworkTransport:
         """From ``rollout.vllm.sync``."""
         return cls(sync.host, sync.port, sync.timeout_s, sync.bucket_mb)
 
-    def push(self, weights: PolicyWeights, engine, adapter_config: dict | None = None) -> dict:
-        """Send ``weights`` (or, with ``adapter_config``, a LoRA adapter) and have the server load them;
+    def push(self, weights: PolicyWeights, engine) -> dict:
+        """Send ``weights`` and have the server reload them (a LoRA adapter: save it on its own disk);
         returns the server's answer (tensors and bytes received; an adapter's path on the server)."""
         try:
             if self._group is None:
                 self._open(engine)
             plan, tensors = plan_buckets(list(weights.tensors), self.bucket_bytes)
-            spec = {"plan": plan, "adapter_config": adapter_config}
+            spec = {"plan": plan, "adapter_config": weights.adapter_config}
             answer = self._http.submit(engine.worker_call, "grpo_receive_weights", "the network weight update", spec)
             deadline = time.monotonic() + self.timeout_s
             for bucket in tensors:
@@ -63,6 +63,13 @@ class NetworkTransport:
             raise
         self.last_bytes = int(result["bytes"])
         return result
+
+    def push_adapter(self, weights: PolicyWeights, engine) -> str:
+        """Ship a LoRA adapter's tensors; returns where the server saved it (for ``load_lora_adapter``)."""
+        return self.push(weights, engine)["path"]
+
+    def remove_adapter(self, path: str, engine) -> None:
+        engine.worker_call("grpo_remove_adapter", "removing an unloaded adapter", {"path": path})
 
     def _open(self, engine) -> None:
         timeout = timedelta(seconds=self.timeout_s)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 
 import torch
-from safetensors.torch import save_file
 
+from grpo_lightning.rollout.transports.folder import save_adapter_folder
 from grpo_lightning.rollout.transports.wire import broadcast, bucket_bytes, open_group, unpack
 
 
@@ -43,9 +44,17 @@ class NetworkWeightReceiver:
             received += unpack(flat, bucket)
             nbytes += flat.numel()
         if s.get("adapter_config") is not None:
-            return {"tensors": len(received), "bytes": nbytes, "path": _save_adapter(received, s["adapter_config"])}
+            folder = save_adapter_folder(received, s["adapter_config"], tempfile.mkdtemp(prefix="grpo-adapter-"))
+            return {"tensors": len(received), "bytes": nbytes, "path": folder}
         self.reload_weights(weights_iterator=received)
         return {"tensors": len(received), "bytes": nbytes}
+
+    def grpo_remove_adapter(self, spec: str) -> str:
+        """An adapter the trainer unloaded: remove the folder this worker saved it in."""
+        path = json.loads(spec)["path"]
+        if os.path.basename(path).startswith("grpo-adapter-"):
+            shutil.rmtree(path, ignore_errors=True)
+        return "removed"
 
     def grpo_close_weight_group(self) -> str:
         group = getattr(self, "_grpo_group", None)
@@ -56,14 +65,3 @@ class NetworkWeightReceiver:
             except RuntimeError:
                 pass
         return "closed"
-
-
-def _save_adapter(named_tensors, adapter_config: dict) -> str:
-    """A PEFT adapter folder on the server's own disk (one per update: vLLM loads each by path)."""
-    folder = tempfile.mkdtemp(prefix="grpo-adapter-")
-    save_file(
-        {name: t.cpu().contiguous() for name, t in named_tensors}, os.path.join(folder, "adapter_model.safetensors")
-    )
-    with open(os.path.join(folder, "adapter_config.json"), "w") as f:
-        json.dump(adapter_config, f)
-    return folder

@@ -99,14 +99,14 @@ def test_a_failed_load_on_the_server_raises_and_drops_the_group_for_a_fresh_retr
 def test_an_adapter_push_lands_in_a_folder_of_the_servers_own(tmp_path):
     worker = FakeWorker()
     server, transport = FakeServer(worker), NetworkTransport(timeout_s=20.0)
-    adapter = PolicyWeights([("base_model.model.q.lora_A.weight", torch.randn(4, 32))], 3)
+    adapter = PolicyWeights([("base_model.model.q.lora_A.weight", torch.randn(4, 32))], 3, adapter_config={"r": 4})
     try:
-        answer = transport.push(adapter, server, adapter_config={"r": 4, "lora_alpha": 8})
+        answer = transport.push(adapter, server)
     finally:
         transport.close()
     saved = load_file(f"{answer['path']}/adapter_model.safetensors")
     assert torch.equal(saved["base_model.model.q.lora_A.weight"], adapter.tensors[0][1])
-    assert json.load(open(f"{answer['path']}/adapter_config.json")) == {"r": 4, "lora_alpha": 8}
+    assert json.load(open(f"{answer['path']}/adapter_config.json")) == {"r": 4}
     assert not worker.reloads  # an adapter is not loaded as base weights
 
 
