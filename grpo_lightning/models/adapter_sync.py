@@ -38,6 +38,12 @@ def _json_safe(config: dict) -> dict:
     return json.loads(json.dumps(config, default=lambda v: sorted(v) if isinstance(v, set | frozenset) else str(v)))
 
 
+def base_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The policy's state with every ``lora_B`` zero: merged, it gives the base weights (what a server
+    taking adapters must start from, whatever the adapters have learnt, e.g. after a resume)."""
+    return {k: torch.zeros_like(v) if ".lora_B." in k else v for k, v in model.state_dict().items()}
+
+
 def adapter_rank(model: nn.Module) -> int:
     """The rank r of the policy's active adapter (what ``--max-lora-rank`` must cover)."""
     return int(model.peft_config[model.active_adapter].r)

@@ -25,6 +25,7 @@ import torch
 import grpo_lightning.rollout.server_auth as server_auth
 import grpo_lightning.rollout.server_guard as server_guard
 from grpo_lightning.config import VLLMConfig, VLLMServerConfig
+from grpo_lightning.models.adapter_sync import base_state
 from grpo_lightning.models.lora import save_merged
 from grpo_lightning.rollout.server_guard import VLLMServerError
 from grpo_lightning.rollout.temp_folders import owned_temp_dir
@@ -99,7 +100,8 @@ class VLLMServer:
         self.url = base_url(s, self.port)
         self.token = server_guard.new_token()
         self._model_dir = owned_temp_dir("vllm-server-model")
-        save_merged(policy, self._model_dir.name, tokenizer)  # a LoRA policy: its merged weights
+        # A LoRA policy: its merged weights, or its base weights when the server takes its adapters.
+        save_merged(policy, self._model_dir.name, tokenizer, state=base_state(policy) if lora is not None else None)
         self.log_path = Path(self._model_dir.name) / "server.log"
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", server_auth.TOKEN_ENV: self.token}
         if lora is not None:

@@ -15,8 +15,8 @@ from safetensors.torch import load_file
 from grpo_lightning.config import LoraModelConfig
 from grpo_lightning.errors import ConfigError
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
-from grpo_lightning.models.adapter_sync import adapter_weights
-from grpo_lightning.models.lora import apply_lora
+from grpo_lightning.models.adapter_sync import adapter_weights, base_state
+from grpo_lightning.models.lora import apply_lora, merged_state_dict
 from grpo_lightning.rollout.lora_adapters import LoraServing
 from grpo_lightning.rollout.weight_sync import ProbeScores, WeightSync, WeightSyncError
 from grpo_lightning.weight_push import policy_weights
@@ -84,3 +84,17 @@ def test_each_sync_loads_a_new_adapter_keeps_slots_and_a_bad_canary_keeps_the_la
         assert engine.client.model == "policy-lora-v3" and held(engine)["weight_version"] == "3"
     finally:
         servers.close()
+
+
+def test_a_server_taking_adapters_starts_from_the_base_weights_whatever_the_adapters_learnt():
+    lora_policy = apply_lora(build_tiny_policy(build_char_tokenizer()), LoraModelConfig(rank=4))
+    with torch.no_grad():
+        for name, param in lora_policy.named_parameters():
+            if "lora_B" in name:
+                param.fill_(0.1)  # trained adapters (a resumed run)
+    base = lora_policy.get_base_model()
+    merged = merged_state_dict(lora_policy, base_state(lora_policy))
+    changed = merged_state_dict(lora_policy)
+    key = next(k for k in merged if k.endswith("q_proj.weight"))
+    assert torch.equal(merged[key], base.get_submodule(key.removesuffix(".weight")).base_layer.weight)
+    assert not torch.equal(changed[key], merged[key])
