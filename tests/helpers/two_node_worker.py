@@ -36,6 +36,7 @@ def main(out_dir: str, steps: int) -> None:
         "global_step": trainer.global_step,
         "checksum": float(sum(p.detach().double().sum() for p in run.module.policy.parameters())),
     }
+    Path(out_dir).mkdir(parents=True, exist_ok=True)  # only rank 0 writes into its run folder
     Path(out_dir, "rank.json").write_text(json.dumps(report))
 
 
