@@ -128,6 +128,8 @@ class VLLMServerEngine:
     def _wait_until_up(self) -> float:
         if self.server is not None:
             return self.server.wait_healthy(self.client)
+        if self.config.server.launch:  # rank 0 launched it a moment ago: it may not listen yet
+            return self.client.wait_up(rank(), starting_s=self.config.server.start_timeout_s)
         return self.client.wait_up(rank())
 
     # ------------------------------------------------------------------ generation

@@ -5,8 +5,11 @@ a retry that succeeds), and none bumps the version the server reports."""
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 import warnings
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
@@ -14,7 +17,7 @@ from helpers.fake_server_engine import FakeServers, held
 
 from grpo_lightning.errors import ServerError
 from grpo_lightning.rollout.sync_watchdog import SyncTimeout
-from grpo_lightning.rollout.vllm_server import VLLMServerError
+from grpo_lightning.rollout.vllm_server import ServerClient, VLLMServerError
 from grpo_lightning.rollout.weight_sync import ProbeScores, WeightSync, WeightSyncError
 from grpo_lightning.step import PolicyWeights
 
@@ -94,3 +97,42 @@ def test_other_ranks_wait_for_the_version_no_longer_than_rank_0s_attempts(server
     with pytest.raises(VLLMServerError, match="rank 0's sync failed or hangs"):
         engine._wait_for_version(9)
     assert time.perf_counter() - start < 0.2 + 2.0 + 1.0
+
+
+def test_a_rank_waiting_for_a_server_another_rank_launches_retries_refused_connections():
+    """A launched server does not listen at once: ranks other than its launcher wait for it
+    (start_timeout_s), where a server given by URL that refuses fails at once."""
+    client = ServerClient(f"http://127.0.0.1:{_free_port()}", timeout_s=5.0, concurrency=1)
+    with pytest.raises(VLLMServerError, match="Connection refused|ConnectError"):
+        client.wait_up(1)
+    late = threading.Timer(1.0, lambda: servers.append(_serve_health(client.url)))
+    servers: list = []
+    late.start()
+    try:
+        assert 0.9 < client.wait_up(1, starting_s=10.0) < 5.0
+    finally:
+        late.join()
+        for server in servers:
+            server.shutdown()
+        client.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve_health(url: str):
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", int(url.rsplit(":", 1)[1])), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
