@@ -248,6 +248,8 @@ class VLLMServerEngine:
             if check is not None:
                 check()
             sync.check_not_cancelled()  # a push that outlived its deadline commits nothing
+            if self._adapters is not None:  # before the bump: no other rank's request overlaps an unload
+                self._adapters.evict(self.client, self.transport, self)
             self.client.call(
                 "POST",
                 "/update_weight_version",
@@ -257,8 +259,6 @@ class VLLMServerEngine:
         except BaseException:
             self.client.model = previous  # generations stay on the adapter the version names
             raise
-        if self._adapters is not None:
-            self._adapters.evict(self.client, self.transport, self)
 
     def worker_call(self, method: str, what: str, spec: dict) -> list:
         """``method`` of every vLLM worker (a worker extension's) with ``spec`` as one JSON string."""
