@@ -22,9 +22,10 @@ calls ``/reset_prefix_cache`` and ``/update_weight_version``; every other rank p
 ``/weight_info`` until the server reports that version before its next request. The folder
 must be readable by the server: the same host, or a shared file system
 (``rollout.vllm.server.sync_dir``). The barrier makes async mode deterministic: no rank's
-queued generation can land after the push. (vLLM's NCCL weight-transfer endpoints,
-``/init_weight_transfer_engine`` and ``/update_weights``, avoid the file system on GPUs; they
-are not used here.) The server must run with ``VLLM_SERVER_DEV_MODE=1`` for
+queued generation can land after the push. ``rollout.vllm.sync.transport=network`` needs no
+shared disk (:mod:`grpo_lightning.rollout.transports.network`); a push runs under a watchdog,
+is retried, and bumps the version only after the canary (:meth:`load_weights`); a LoRA policy
+ships its adapter (:mod:`grpo_lightning.rollout.lora_adapters`). The server must run with ``VLLM_SERVER_DEV_MODE=1`` for
 ``/collective_rpc``; a launched server does.
 
 **Timeouts everywhere**: every HTTP call has ``timeout_s``; a refused connection, a timeout,
