@@ -215,7 +215,10 @@ class VLLMServerEngine:
             self._wait_for_version(version)
             if adapter_config is not None:
                 self.client.model = adapter_name(version)
-            if check is not None:
+            # Rank 0 checked this very state before the bump. With adapters the other ranks do not
+            # repeat it: vLLM (0.32, CPU) fails a prompt_logprobs request batched with other LoRA
+            # requests (an einsum shape error that kills its engine core).
+            elif check is not None:
                 check()
         self.weight_version = version
         return time.perf_counter() - start
