@@ -11,17 +11,24 @@ sync folder at mode 0700. Then, through the engine's own ``load_weights``:
    in a folder of its own, loaded): the canary matches.
 
     sudo python benchmarks/network_other_user.py
+
+Not yet working here: the server started as nobody exits while vLLM inspects the model
+("Model architectures ['LlamaForCausalLM'] failed to be inspected"), probably a path under
+/root (mode 0700: the interpreter's prefix) that nobody cannot reach; an interpreter outside
+/root is the next thing to try.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+import httpx
 import torch
 
 from grpo_lightning.config import AlgorithmConfig, LoraModelConfig, VLLMConfig, VLLMServerConfig, VLLMSyncConfig
@@ -39,8 +46,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -80,6 +85,15 @@ def main() -> None:
     )
     try:
         start = time.perf_counter()
+        while time.perf_counter() - start < 240:  # a server given by URL must already listen
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None:
+                raise RuntimeError(f"the server exited with {server.returncode}")
+            time.sleep(1)
         engine = VLLMServerEngine.from_policy(policy, tokenizer, config, 0, LoraServing(8, 2))
         print(f"server (user nobody) up in {time.perf_counter() - start:.1f} s", flush=True)
         who = subprocess.run(["ps", "-o", "user=", "-p", str(server.pid)], capture_output=True, text=True)
