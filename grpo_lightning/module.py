@@ -372,8 +372,7 @@ class GRPOModule(L.LightningModule):
         """The last hop: after the monitor (callbacks run first), push the new weights to the
         engine; then the step's metrics, the sync's included, go to the loggers."""
         if self.rollout is not None:
-            probe = self.last_step.rollout if self.last_step is not None else None
-            self.last_metrics.update(push_weights(self, self.global_step, probe))
+            self.last_metrics.update(push_weights(self, self.global_step))
         write_metrics(self._trainer, self.last_metrics, self.global_step)
 
     def on_train_end(self) -> None:

@@ -90,6 +90,7 @@ class PolicyWeights:
     tensors: Iterable[tuple[str, torch.Tensor]]
     version: int
     seconds: float = 0.0  # spent gathering them (a LoRA policy's merge), counted in the sync's time
+    adapter_config: dict | None = None  # set: ``tensors`` are a LoRA adapter's (PEFT names), not the weights
 
 
 # Per-token [N, C] fields of a RolloutBatch besides the ids, each optional.

@@ -1,6 +1,6 @@
 """The module's side of its rollout engine: the weight sync and the engine's release.
 
-For a sync, gather the policy's tensors (and, to verify, score a probe with the policy),
+For a sync, gather the policy's tensors (and, to verify, score the canary with the policy),
 then hand both to the rollout generator's :class:`WeightSync`; the sync sees only those
 records, and nothing flows back into the module but metrics.
 """
@@ -12,23 +12,28 @@ import time
 import lightning as L
 import torch
 
+from grpo_lightning.models.adapter_sync import adapter_weights
 from grpo_lightning.models.lora import engine_weights
 from grpo_lightning.rollout.generator import RolloutGenerator
 from grpo_lightning.rollout.weight_sync import ProbeScores, WeightSync
-from grpo_lightning.step import PolicyWeights, RolloutBatch
+from grpo_lightning.step import PolicyWeights
 
 
-def policy_weights(policy: torch.nn.Module, version: int) -> PolicyWeights:
-    """The tensors an engine loads: a LoRA policy's merged weights (out of place, timed), else its state dict."""
+def policy_weights(policy: torch.nn.Module, version: int, adapter: bool = False) -> PolicyWeights:
+    """The tensors an engine loads: a LoRA policy's merged weights (out of place, timed), else its state
+    dict; with ``adapter``, only the LoRA adapter's tensors and config (adapter-only sync)."""
     start = time.perf_counter()
+    if adapter:
+        tensors, config = adapter_weights(policy)
+        return PolicyWeights(tensors, version, time.perf_counter() - start, adapter_config=config)
     tensors = engine_weights(policy)
     return PolicyWeights(tensors, version, time.perf_counter() - start)
 
 
 @torch.no_grad()
-def probe_scores(module, probe: RolloutBatch | None = None, tokenizer=None) -> ProbeScores:
-    """The policy's log-probs (temperature 1, eval mode) of the probe the engine must match."""
-    prompt, completion = WeightSync.probe_ids(probe, tokenizer)
+def probe_scores(module, tokenizer=None) -> ProbeScores:
+    """The policy's log-probs (temperature 1, eval mode) of the canary the engine must match."""
+    prompt, completion = WeightSync.probe_ids(tokenizer)
     ids = torch.tensor([prompt + completion], device=module.device)
     was_training = module.policy.training
     module.policy.eval()
@@ -39,15 +44,15 @@ def probe_scores(module, probe: RolloutBatch | None = None, tokenizer=None) -> P
     return ProbeScores(prompt, completion, logp.logp[0].float().cpu())
 
 
-def push_weights(module, step: int, probe: RolloutBatch | None = None, force: bool = False) -> dict[str, float]:
+def push_weights(module, step: int, force: bool = False) -> dict[str, float]:
     """Sync the engine of ``module.rollout`` if it owns weights and a sync is due (or ``force``);
     returns the metrics to log (empty when nothing ran)."""
     generator = module.rollout
     sync = generator.weight_sync if generator is not None else None
     if sync is None or not (force or sync.due(step)):
         return {}
-    weights = policy_weights(module.policy, step)
-    expected = probe_scores(module, probe, generator.tokenizer) if sync.verify else None
+    weights = policy_weights(module.policy, step, adapter=getattr(generator.engine, "takes_adapters", False))
+    expected = probe_scores(module, generator.tokenizer) if sync.verify else None
     return generator.sync_weights(weights, expected, rank=module.global_rank)
 
 

@@ -25,6 +25,7 @@ from grpo_lightning.config.rollout import (
     RolloutConfig,
     VLLMConfig,
     VLLMServerConfig,
+    VLLMSyncConfig,
     is_loopback_host,
 )
 from grpo_lightning.config.task import TASKS, TaskConfig, task_options
@@ -59,6 +60,7 @@ __all__ = [
     "UnknownFieldError",
     "VLLMConfig",
     "VLLMServerConfig",
+    "VLLMSyncConfig",
     "checkpointing_mode",
     "field_help",
     "is_loopback_host",

@@ -78,6 +78,40 @@ class VLLMServerConfig(Schema):
         return problems
 
 
+SYNC_TRANSPORTS = ("folder", "network")  # the built-in server transports; a plugin's registered name works too
+SYNC_ADAPTER_MODES = ("auto", "merged")
+
+
+@dataclass
+class VLLMSyncConfig(Schema):
+    transport: str = option(
+        "folder",
+        f"How weights reach a vLLM server: one of {SYNC_TRANSPORTS} or a registered name (network: no shared disk).",
+    )
+    timeout_s: float = option(
+        120.0, "Longest one weight sync may take; a watchdog aborts it past this and the engine's version stays."
+    )
+    retries: int = option(1, "Times a failed or timed-out sync is retried on a fresh connection before the run stops.")
+    host: str = option(
+        "127.0.0.1", "network: this trainer's address as the server reaches it (rank 0 listens there for the server)."
+    )
+    port: int = option(0, "network: the port rank 0 listens on for the server's weight group; 0: a free port.")
+    bucket_mb: float = option(64.0, "network: weights travel in buckets of at most this many MiB, one collective each.")
+    adapter: str = option(
+        "auto",
+        f"One of {SYNC_ADAPTER_MODES}: auto ships only the LoRA adapters when model.lora is set; merged never does.",
+    )
+
+    def check_fields(self, p: str) -> list[str]:
+        problems: list[str] = []
+        choice(problems, f"{p}adapter", self.adapter, SYNC_ADAPTER_MODES)
+        check(problems, self.timeout_s > 0, f"{p}timeout_s={self.timeout_s} must be > 0")
+        check(problems, self.retries >= 0, f"{p}retries={self.retries} must be >= 0")
+        check(problems, 0 <= self.port < 65536, f"{p}port={self.port} must be in 0..65535 (0: a free port)")
+        check(problems, self.bucket_mb > 0, f"{p}bucket_mb={self.bucket_mb} must be > 0")
+        return problems
+
+
 @dataclass
 class VLLMConfig(Schema):
     in_process: bool = option(
@@ -96,9 +130,13 @@ class VLLMConfig(Schema):
     enforce_eager: bool = option(True, "Skip CUDA-graph / torch.compile capture: faster start, slower decode.")
     sync_every: int = option(1, "Push the policy's weights into the engine every this many optimizer steps.")
     verify_sync: bool = option(
-        False, "After each sync compare engine and policy log-probs of a probe; fail beyond verify_tolerance."
+        False,
+        "After each sync compare engine and policy log-probs of a fixed canary (before the version bump); fail beyond verify_tolerance.",
     )
-    verify_tolerance: float = option(1e-3, "Largest allowed |engine - policy| log-prob difference of the probe.")
+    verify_tolerance: float = option(1e-3, "Largest allowed |engine - policy| log-prob difference of the canary.")
+    sync: VLLMSyncConfig = option(
+        VLLMSyncConfig(), "How weights reach the engine: transport, timeout, retries, adapters."
+    )
     server: VLLMServerConfig = option(
         VLLMServerConfig(), "A vLLM server shared by every rank instead of an in-process engine (devices > 1)."
     )

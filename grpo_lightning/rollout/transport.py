@@ -5,7 +5,7 @@ A transport is a small class registered in :data:`TRANSPORTS` with one method,
 engine can read them and asks the engine to reload from there (:class:`WeightReceiver`, vLLM's
 ``reload_weights`` with ``weights_iterator=`` or ``weights_path=``). The engine picks its default
 transport (in memory for vLLM in this process, a safetensors folder for a separate process or a
-server); a new way of moving weights (e.g. over the network) is one new file under
+server, or ``rollout.vllm.sync.transport``: ``network``); a new way of moving weights is one new file under
 :mod:`grpo_lightning.rollout.transports`.
 """
 
@@ -34,6 +34,12 @@ class WeightTransport(Protocol):
     def push(self, weights: PolicyWeights, engine: WeightReceiver) -> None:
         """Move ``weights`` to ``engine`` and have it reload them; returns when it has."""
         ...
+
+
+def make_transport(name: str, sync_config=None) -> WeightTransport:
+    """The transport registered as ``name``; one with ``from_config`` is built from ``rollout.vllm.sync``."""
+    cls = TRANSPORTS[name]
+    return cls.from_config(sync_config) if sync_config is not None and hasattr(cls, "from_config") else cls()
 
 
 TRANSPORTS: Registry[type[WeightTransport]] = Registry("weight-sync transport", "rollout.vllm.sync.transport")

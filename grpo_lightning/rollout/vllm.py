@@ -41,8 +41,10 @@ from pathlib import Path
 import torch
 
 from grpo_lightning.config import TrainConfig, VLLMConfig
-from grpo_lightning.models.lora import save_merged
+from grpo_lightning.models.adapter_sync import adapter_rank
+from grpo_lightning.models.lora import is_peft_model, save_merged
 from grpo_lightning.rollout.engine import ENGINES, Completion, GenerationRequest, RolloutEngine, Sampling
+from grpo_lightning.rollout.lora_adapters import LoraServing
 from grpo_lightning.rollout.side_effects import preserved_process_state
 from grpo_lightning.rollout.temp_folders import owned_temp_dir
 from grpo_lightning.rollout.transports import TRANSPORTS
@@ -271,5 +273,9 @@ def vllm_engine(policy, tokenizer, cfg: TrainConfig) -> RolloutEngine:
     """vLLM on the policy's weights: in this process (or its own), or a server's client when
     ``rollout.vllm.server`` names one (``launch`` or ``url``)."""
     if cfg.rollout.uses_server:
-        return VLLMServerEngine.from_policy(policy, tokenizer, cfg.rollout.vllm, cfg.trainer.seed)
+        lora = None
+        if cfg.rollout.vllm.sync.adapter == "auto" and is_peft_model(policy):  # adapter-only sync
+            slots = (cfg.rollout.max_staleness if cfg.rollout.mode == "async" else 0) + 1
+            lora = LoraServing(adapter_rank(policy), max(slots, 2))
+        return VLLMServerEngine.from_policy(policy, tokenizer, cfg.rollout.vllm, cfg.trainer.seed, lora)
     return VLLMEngine.from_policy(policy, tokenizer, cfg.rollout.vllm, cfg.trainer.seed)

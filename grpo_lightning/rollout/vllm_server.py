@@ -22,9 +22,10 @@ calls ``/reset_prefix_cache`` and ``/update_weight_version``; every other rank p
 ``/weight_info`` until the server reports that version before its next request. The folder
 must be readable by the server: the same host, or a shared file system
 (``rollout.vllm.server.sync_dir``). The barrier makes async mode deterministic: no rank's
-queued generation can land after the push. (vLLM's NCCL weight-transfer endpoints,
-``/init_weight_transfer_engine`` and ``/update_weights``, avoid the file system on GPUs; they
-are not used here.) The server must run with ``VLLM_SERVER_DEV_MODE=1`` for
+queued generation can land after the push. ``rollout.vllm.sync.transport=network`` needs no
+shared disk (:mod:`grpo_lightning.rollout.transports.network`); a push runs under a watchdog,
+is retried, and bumps the version only after the canary (:meth:`load_weights`); a LoRA policy
+ships its adapter (:mod:`grpo_lightning.rollout.lora_adapters`). The server must run with ``VLLM_SERVER_DEV_MODE=1`` for
 ``/collective_rpc``; a launched server does.
 
 **Timeouts everywhere**: every HTTP call has ``timeout_s``; a refused connection, a timeout,
@@ -37,7 +38,9 @@ engine's worker thread ran its generation (``rollout/weight_version_lag``).
 
 from __future__ import annotations
 
+import json
 import time
+import warnings
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -46,12 +49,17 @@ import torch
 import grpo_lightning.rollout.server_guard as server_guard
 from grpo_lightning.config import VLLMConfig
 from grpo_lightning.rollout.engine import Completion, EngineError, GenerationRequest, Sampling
+from grpo_lightning.rollout.lora_adapters import LoraServing, ServedAdapters, adapter_name
 from grpo_lightning.rollout.server_guard import VLLMServerError
+from grpo_lightning.rollout.sync_watchdog import SyncAttempt
 from grpo_lightning.rollout.temp_folders import owned_temp_dir
-from grpo_lightning.rollout.transports import TRANSPORTS
+from grpo_lightning.rollout.transports import make_transport
 from grpo_lightning.rollout.vllm_server_client import ServerClient
 from grpo_lightning.rollout.vllm_server_process import SERVED_NAME, VLLMServer, base_url, launch_shared, rank
+from grpo_lightning.rollout.weight_sync import WeightSyncError
 from grpo_lightning.step import PolicyWeights
+
+_RPC_HINT = " (a server started by hand needs VLLM_SERVER_DEV_MODE=1 for /collective_rpc)"
 
 __all__ = ["ServerClient", "VLLMServer", "VLLMServerEngine", "VLLMServerError"]
 
@@ -69,13 +77,14 @@ class VLLMServerEngine:
         eos_token_id: int | None = None,
         server: VLLMServer | None = None,
         token: str | None = None,
-        transport: str = "folder",
+        transport: str | None = None,
+        lora: LoraServing | None = None,
     ):
         self.config = config  # rollout.vllm; its server group says how to reach and wait for the server
         s = config.server
         self.server = server
         self.eos_token_id = eos_token_id
-        self.transport = TRANSPORTS[transport]()
+        self.transport = make_transport(transport or config.sync.transport, config.sync)
         self.client = ServerClient(
             url,
             s.timeout_s,
@@ -87,20 +96,25 @@ class VLLMServerEngine:
         self._requests = ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="vllm-server-request")
         self._sync_dir = None if s.sync_dir else owned_temp_dir("vllm-sync")
         self.weight_version: int | None = None  # what the server holds, as this rank knows it
+        self.takes_adapters = lora is not None  # adapter-only sync (lora_adapters.py)
+        self._adapters = ServedAdapters(lora.slots) if lora is not None else None
         self.start_seconds = 0.0
 
     @classmethod
-    def from_policy(cls, policy, tokenizer, config: VLLMConfig, seed: int) -> VLLMServerEngine:
+    def from_policy(
+        cls, policy, tokenizer, config: VLLMConfig, seed: int, lora: LoraServing | None = None
+    ) -> VLLMServerEngine:
         """Connect to ``config.server.url``, or (``launch``) start a server on ``policy``'s weights.
 
         With several ranks only rank 0 launches; the others get its address and token from it
         and wait until it is healthy. A launched server must prove it is ours before training.
+        ``lora``: sync LoRA adapters only (a launched server starts with ``--enable-lora``).
         """
         s = config.server
         server, port, token = None, None, server_guard.api_key_from_env(s.api_key_env)
         if s.launch:
-            server, port, token = launch_shared(policy, tokenizer, config, seed)
-        engine = cls(config, base_url(s, port), tokenizer.eos_token_id, server, token=token)
+            server, port, token = launch_shared(policy, tokenizer, config, seed, lora)
+        engine = cls(config, base_url(s, port), tokenizer.eos_token_id, server, token=token, lora=lora)
         try:
             engine.start_seconds = engine._wait_until_up()
             if s.launch:
@@ -115,6 +129,8 @@ class VLLMServerEngine:
     def _wait_until_up(self) -> float:
         if self.server is not None:
             return self.server.wait_healthy(self.client)
+        if self.config.server.launch:  # rank 0 launched it a moment ago: it may not listen yet
+            return self.client.wait_up(rank(), starting_s=self.config.server.start_timeout_s)
         return self.client.wait_up(rank())
 
     # ------------------------------------------------------------------ generation
@@ -173,27 +189,85 @@ class VLLMServerEngine:
         return [float(scored[i][str(sequence[i])]["logprob"]) for i in range(len(prompt_ids), len(sequence))]
 
     # ------------------------------------------------------------------ weights
-    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> float:
-        """Every rank: finish queued generations, meet at a barrier; rank 0 pushes ``version``,
-        the others wait until the server reports it. Returns the seconds this rank spent."""
+    verifies_before_commit = True  # load_weights(check=...) runs the canary before the version bump
+
+    def load_weights(
+        self,
+        named_tensors: Iterable[tuple[str, torch.Tensor]],
+        version: int | None = None,
+        check=None,
+        adapter_config: dict | None = None,
+    ) -> float:
+        """Every rank: finish queued generations, meet at a barrier; rank 0 pushes ``version``
+        (under the sync watchdog, retried on failure), the others wait until the server reports
+        it. ``check`` (the canary comparison) runs after the push and before the server's version
+        is bumped, so a failed, partial or wrong sync never shows as the new version. Returns the
+        seconds this rank spent. With ``adapter_config`` the tensors are a LoRA adapter, loaded under
+        a name of its own that generations then use."""
         start = time.perf_counter()
         version = (self.weight_version or 0) + 1 if version is None else version
         self._worker.submit(lambda: None).result()  # this rank's queued generations are done
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.barrier()  # ... and every other rank's
         if rank() == 0:
-            self._push(named_tensors, version)
+            self._push_with_retries(PolicyWeights(list(named_tensors), version, adapter_config=adapter_config), check)
         else:
             self._wait_for_version(version)
+            if adapter_config is not None:
+                self.client.model = adapter_name(version)
+            # Rank 0 checked this very state before the bump. With adapters the other ranks do not
+            # repeat it: vLLM (0.32, CPU) fails a prompt_logprobs request batched with other LoRA
+            # requests (an einsum shape error that kills its engine core).
+            elif check is not None:
+                check()
         self.weight_version = version
         return time.perf_counter() - start
 
-    def _push(self, named_tensors, version: int) -> None:
-        self.transport.push(PolicyWeights(named_tensors, version), self)
-        self.client.call("POST", "/reset_prefix_cache", "the prefix-cache reset")
-        self.client.call(
-            "POST", "/update_weight_version", "the weight version update", json={"new_version": str(version)}
-        )
+    def _push_with_retries(self, weights: PolicyWeights, check) -> None:
+        s, version = self.config.sync, weights.version
+        for attempt in range(1, s.retries + 2):
+            what = f"the weight sync to version {version} (attempt {attempt} of {s.retries + 1})"
+            try:
+                SyncAttempt(what, s.timeout_s, getattr(self.transport, "abort", None)).run(
+                    lambda sync: self._push(weights, check, sync)
+                )
+                return
+            except WeightSyncError:
+                raise  # the canary disagrees: pushing the same weights again cannot fix that
+            except Exception as err:
+                if attempt > s.retries:
+                    if isinstance(err, VLLMServerError):
+                        raise
+                    raise VLLMServerError(f"{what} to {self.client.url} failed: {type(err).__name__}: {err}") from err
+                warnings.warn(f"{what} failed ({type(err).__name__}: {err}); retrying", stacklevel=2)
+
+    def _push(self, weights: PolicyWeights, check, sync: SyncAttempt) -> None:
+        previous = self.client.model
+        if weights.adapter_config is None:
+            self.transport.push(weights, self)
+        else:
+            self.client.model = self._adapters.load(self.client, self.transport, weights, self)
+        try:
+            self.client.call("POST", "/reset_prefix_cache", "the prefix-cache reset")
+            if check is not None:
+                check()
+            sync.check_not_cancelled()  # a push that outlived its deadline commits nothing
+            if self._adapters is not None:  # before the bump: no other rank's request overlaps an unload
+                self._adapters.evict(self.client, self.transport, self)
+            self.client.call(
+                "POST",
+                "/update_weight_version",
+                "the weight version update",
+                json={"new_version": str(weights.version)},
+            )
+        except BaseException:
+            self.client.model = previous  # generations stay on the adapter the version names
+            raise
+
+    def worker_call(self, method: str, what: str, spec: dict) -> list:
+        """``method`` of every vLLM worker (a worker extension's) with ``spec`` as one JSON string."""
+        body = {"method": method, "args": [json.dumps(spec)], "timeout": self.config.sync.timeout_s}
+        return self.client.call("POST", "/collective_rpc", what, json=body, hint=_RPC_HINT)["results"]
 
     def reload_weights(self, **source) -> None:
         """The server's ``reload_weights`` (what a transport calls): from a folder it can read."""
@@ -204,7 +278,7 @@ class VLLMServerEngine:
             "/collective_rpc",
             "the weight reload",
             json={"method": "reload_weights", "kwargs": source},
-            hint=" (a server started by hand needs VLLM_SERVER_DEV_MODE=1 for /collective_rpc)",
+            hint=_RPC_HINT,
         )
 
     def sync_folder(self) -> str:
@@ -212,7 +286,8 @@ class VLLMServerEngine:
         return self.config.server.sync_dir or self._sync_dir.name
 
     def _wait_for_version(self, version: int) -> None:
-        timeout = self.config.server.timeout_s
+        s = self.config.sync  # rank 0's every attempt, and a little more
+        timeout = min(self.config.server.timeout_s, (s.retries + 1) * s.timeout_s + 2.0)
         deadline = time.perf_counter() + timeout
         while True:
             held = self.client.call("GET", "/weight_info", "GET /weight_info")["weight_version"]
@@ -220,8 +295,9 @@ class VLLMServerEngine:
                 return
             if time.perf_counter() > deadline:
                 raise VLLMServerError(
-                    f"rank {rank()} waited rollout.vllm.server.timeout_s={timeout:g} s for the "
-                    f"vLLM server {self.client.url} to hold weight version {version} (rank 0 pushes it); it holds {held!r}"
+                    f"rank {rank()} waited {timeout:g} s (rollout.vllm.sync.timeout_s x attempts) for the vLLM "
+                    f"server {self.client.url} to hold weight version {version} (rank 0 pushes it); it holds {held!r}: "
+                    f"rank 0's sync failed or hangs (see its error)"
                 )
             time.sleep(0.05)
 
@@ -230,6 +306,8 @@ class VLLMServerEngine:
         self._worker.shutdown(wait=False, cancel_futures=True)
         self._requests.shutdown(wait=False, cancel_futures=True)
         self.client.close()
+        if hasattr(self.transport, "close"):
+            self.transport.close()
         if self.server is not None:
             self.server.stop()
         if self._sync_dir is not None:

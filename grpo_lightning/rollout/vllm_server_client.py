@@ -36,18 +36,24 @@ class ServerClient:
         except httpx.HTTPError:
             return False
 
-    def wait_up(self, rank: int = 0) -> float:
+    def wait_up(self, rank: int = 0, starting_s: float | None = None) -> float:
         """A server given by URL: wait for ``/health`` to answer 200, at most ``timeout_s``; returns
         the seconds it took. A refused connection (nothing listens there) or a key the server
-        refuses fails at once: waiting cannot fix either."""
+        refuses fails at once: waiting cannot fix either. ``starting_s``: a server another rank
+        has just launched, which may not listen yet; refused connections are retried that long."""
         start = time.perf_counter()
-        deadline = start + self.timeout_s
+        deadline = start + (starting_s if starting_s is not None else self.timeout_s)
         where = f"the vLLM server {self.url} (rank {rank})"
         advice = "; start it, or check rollout.vllm.server.url (or launch one: rollout.vllm.server.launch=true)"
         while True:
             left = max(deadline - time.perf_counter(), 0.01)
             try:
                 status = self._http.get("/health", timeout=_timeout(left)).status_code
+            except httpx.ConnectError as err:
+                if starting_s is None or time.perf_counter() + 0.5 > deadline:
+                    raise self._failure(err, f"GET /health (rank {rank})", advice) from err
+                time.sleep(0.5)
+                continue
             except httpx.HTTPError as err:
                 raise self._failure(err, f"GET /health (rank {rank})", advice) from err
             if status == 200:
@@ -78,9 +84,10 @@ class ServerClient:
         if response.status_code != 200:
             raise VLLMServerError(
                 f"the vLLM server {self.url} answered {what} with HTTP {response.status_code}: "
-                f"{response.text[:500]}{hint}"
+                f"{' '.join(response.text[:500].split())}{hint}"
             )
-        return response.json()
+        # vLLM answers a few routes (the LoRA ones) in plain text.
+        return response.json() if "json" in response.headers.get("content-type", "") else response.text
 
     def _failure(self, err: httpx.HTTPError, what: str, advice: str = "") -> VLLMServerError:
         """``err`` (a timeout, a refused connection, ...) as one line naming the server."""

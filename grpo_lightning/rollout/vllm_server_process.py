@@ -25,6 +25,7 @@ import torch
 import grpo_lightning.rollout.server_auth as server_auth
 import grpo_lightning.rollout.server_guard as server_guard
 from grpo_lightning.config import VLLMConfig, VLLMServerConfig
+from grpo_lightning.models.adapter_sync import base_state
 from grpo_lightning.models.lora import save_merged
 from grpo_lightning.rollout.server_guard import VLLMServerError
 from grpo_lightning.rollout.temp_folders import owned_temp_dir
@@ -52,7 +53,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         pass
 
 
-def _command(model_dir: str, config: VLLMConfig, port: int, seed: int) -> list[str]:
+def _command(model_dir: str, config: VLLMConfig, port: int, seed: int, lora=None) -> list[str]:
     s = config.server
     command = [
         sys.executable,
@@ -74,11 +75,15 @@ def _command(model_dir: str, config: VLLMConfig, port: int, seed: int) -> list[s
         "processed_logprobs",
         "--kv-cache-memory-bytes",
         str(int(config.kv_cache_gib * 2**30)),
+        "--worker-extension-cls",  # the receiving end of the network weight transport
+        "grpo_lightning.rollout.transports.network_receiver.NetworkWeightReceiver",
     ]
     if config.enforce_eager:
         command.append("--enforce-eager")
     if config.max_model_len is not None:
         command += ["--max-model-len", str(config.max_model_len)]
+    if lora is not None:  # adapter-only sync (rollout/lora_adapters.py)
+        command += lora.server_args()
     return command
 
 
@@ -87,7 +92,7 @@ class VLLMServer:
     answers only requests carrying :attr:`token`. ``config`` is ``rollout.vllm`` (its ``server``
     group says where to listen); ``seed`` is the run's."""
 
-    def __init__(self, policy, tokenizer, config: VLLMConfig, seed: int):
+    def __init__(self, policy, tokenizer, config: VLLMConfig, seed: int, lora=None):
         s = config.server
         server_guard.check_bind_host(s.host, s.allow_remote)
         self.config = config
@@ -95,12 +100,15 @@ class VLLMServer:
         self.url = base_url(s, self.port)
         self.token = server_guard.new_token()
         self._model_dir = owned_temp_dir("vllm-server-model")
-        save_merged(policy, self._model_dir.name, tokenizer)  # a LoRA policy: its merged weights
+        # A LoRA policy: its merged weights, or its base weights when the server takes its adapters.
+        save_merged(policy, self._model_dir.name, tokenizer, state=base_state(policy) if lora is not None else None)
         self.log_path = Path(self._model_dir.name) / "server.log"
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", server_auth.TOKEN_ENV: self.token}
+        if lora is not None:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         self._log = open(self.log_path, "w")
         self.process = subprocess.Popen(
-            _command(self._model_dir.name, config, self.port, seed),
+            _command(self._model_dir.name, config, self.port, seed, lora),
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -173,14 +181,14 @@ class VLLMServer:
         model_dir.cleanup()
 
 
-def launch_shared(policy, tokenizer, config: VLLMConfig, seed: int):
+def launch_shared(policy, tokenizer, config: VLLMConfig, seed: int, lora=None):
     """Rank 0 launches; every rank gets the server's port and token from it (or its failure).
 
     Returns ``(server or None, port, token)``."""
     server, failure = None, None
     if rank() == 0:
         try:
-            server = VLLMServer(policy, tokenizer, config, seed)
+            server = VLLMServer(policy, tokenizer, config, seed, lora)
         except Exception as err:  # noqa: BLE001 - the other ranks must hear of it, not wait in the broadcast
             failure = err
     shared = [{"port": server.port, "token": server.token} if server else {"failure": str(failure)}]

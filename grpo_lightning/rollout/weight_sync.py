@@ -8,8 +8,8 @@ tensors go into the engine (in memory in process, through a safetensors folder o
 process; see :meth:`VLLMEngine.load_weights`). The sync is handed what to push, a
 :class:`~grpo_lightning.step.PolicyWeights` (named tensors and their version), and never
 sees the module (:mod:`grpo_lightning.weight_push` gathers them). With ``verify=True`` the
-engine must then score a probe sequence as the policy did (:class:`ProbeScores`, scored by
-the trainer before the push), or :class:`WeightSyncError` stops the run: a sync that
+engine must then score a fixed canary sequence as the policy did (:class:`ProbeScores`, scored
+by the trainer before the push), or :class:`WeightSyncError` stops the run: a sync that
 silently did nothing would train on samples from the initial model forever.
 """
 
@@ -53,39 +53,50 @@ class WeightSync:
 
     def sync(self, weights: PolicyWeights, engine, expected: ProbeScores | None = None) -> dict[str, float]:
         """Push ``weights`` into ``engine`` now; returns ``rollout/sync_*`` metrics. With ``verify``,
-        ``expected`` (the policy's scores of a probe) must be given, and the engine must match them."""
+        ``expected`` (the policy's scores of the canary) must be given, and the engine must match
+        them; an engine that ``verifies_before_commit`` runs that check before it reports the new
+        version, so a wrong sync never shows as done."""
         if self.verify and expected is None:
-            raise ValueError("WeightSync(verify=True).sync needs the policy's probe scores (expected=...)")
+            raise ValueError("WeightSync(verify=True).sync needs the policy's canary scores (expected=...)")
+        diffs: list[float] = []
+
+        def check() -> None:
+            diffs.append(self.check(engine, expected, weights.version))
+
         # The gathering (a LoRA policy's merge) and the engine's own time to load.
-        seconds = weights.seconds + engine.load_weights(weights.tensors, version=weights.version)
+        extra = {"adapter_config": weights.adapter_config} if weights.adapter_config is not None else {}
+        if self.verify and getattr(engine, "verifies_before_commit", False):
+            extra["check"] = check
+        seconds = weights.seconds + engine.load_weights(weights.tensors, version=weights.version, **extra)
+        if self.verify and "check" not in extra:
+            check()
         self.synced_at_step, self.last_sync_seconds = weights.version, seconds
         self.num_syncs += 1
         metrics = {"rollout/sync_seconds": seconds}
-        if self.verify:
-            self.last_probe_diff = self.check(engine, expected)
+        if diffs:
+            self.last_probe_diff = diffs[-1]
             metrics["rollout/sync_probe_diff"] = self.last_probe_diff
+        bytes_sent = getattr(getattr(engine, "transport", None), "last_bytes", None)
+        if bytes_sent:
+            metrics["rollout/sync_bytes"] = float(bytes_sent)
         return metrics
 
     @staticmethod
-    def probe_ids(probe, tokenizer) -> tuple[list[int], list[int]]:
-        """Prompt and completion ids to score: the last rollout's first sample, or a fixed sequence."""
-        if probe is not None:
-            prompt = probe.prompt_ids[0][probe.prompt_mask[0].bool()].tolist()
-            completion = probe.completion_ids[0][probe.completion_mask[0].bool()].tolist()
-            if prompt and completion:
-                return prompt, completion
+    def probe_ids(tokenizer=None) -> tuple[list[int], list[int]]:
+        """The canary: a fixed prompt and completion (the same every sync, whatever the batch held)."""
         vocab = len(tokenizer) if tokenizer is not None else 16
         ids = [3 + (7 * i) % max(vocab - 3, 1) for i in range(12)]
         return ids[:4], ids[4:]
 
-    def check(self, engine, expected: ProbeScores) -> float:
-        """Max |engine - policy| log-prob over the probe (temperature 1); raises beyond tolerance."""
+    def check(self, engine, expected: ProbeScores, version: int | None = None) -> float:
+        """Max |engine - policy| log-prob over the canary (temperature 1); raises beyond tolerance."""
         engine_logp = torch.tensor(engine.sequence_logprobs(expected.prompt_ids, expected.completion_ids))
         policy_logp = expected.policy_logprobs
         diff = float((engine_logp - policy_logp).abs().max())
         if not diff <= self.tolerance:
             raise WeightSyncError(
-                f"after the weight sync at step {self.synced_at_step} the engine's log-probs of a probe "
+                f"after the weight sync at step {self.synced_at_step if version is None else version} the engine's "
+                f"log-probs of the canary "
                 f"sequence differ from the policy's by up to {diff:.3g} (tolerance "
                 f"rollout.vllm.verify_tolerance={self.tolerance}): the engine is not sampling from the "
                 f"policy being trained. Causes: weight names the engine does not map, a dtype "

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from pathlib import Path
 
 from safetensors.torch import save_file
@@ -30,9 +32,29 @@ def save_weights_folder(named_tensors, folder: str) -> str:
     return folder
 
 
+def save_adapter_folder(named_tensors, adapter_config: dict, folder: str) -> str:
+    """A PEFT adapter folder (``adapter_model.safetensors`` + ``adapter_config.json``) vLLM can load."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    save_file(
+        {n: t.detach().cpu().contiguous() for n, t in named_tensors}, os.path.join(folder, "adapter_model.safetensors")
+    )
+    with open(os.path.join(folder, "adapter_config.json"), "w") as f:
+        json.dump(adapter_config, f)
+    return folder
+
+
 @TRANSPORTS.register("folder")
 class FolderTransport:
     """Writes the weights into the engine's :meth:`sync_folder`, then has it reload from there."""
 
     def push(self, weights: PolicyWeights, engine: WeightReceiver) -> None:
         engine.reload_weights(weights_path=save_weights_folder(weights.tensors, engine.sync_folder()))
+
+    def push_adapter(self, weights: PolicyWeights, engine) -> str:
+        """Write a LoRA adapter beside the weights; returns the path the server loads it from."""
+        folder = os.path.join(engine.sync_folder(), f"adapter-v{weights.version}")
+        return save_adapter_folder(weights.tensors, weights.adapter_config, folder)
+
+    def remove_adapter(self, path: str, engine) -> None:
+        """An adapter the server unloaded: its folder goes too."""
+        shutil.rmtree(path, ignore_errors=True)
