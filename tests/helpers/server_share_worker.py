@@ -24,7 +24,7 @@ from grpo_lightning.rollout.vllm_server_process import base_url
 class StandIn:
     fail = False
 
-    def __init__(self, policy, tokenizer, config, seed):
+    def __init__(self, policy, tokenizer, config, seed, lora=None):
         if StandIn.fail:
             raise VLLMServerError("rollout.vllm.server.port=1234: something already listens on 127.0.0.1:1234")
         self.port, self.token = 4321, "tok-from-rank-0"
