@@ -44,6 +44,7 @@ from grpo_lightning.algorithm import (
     micro_batch_loss,
     sequences_in_loss,
 )
+from grpo_lightning.algorithm.corrections import selected_corrections
 from grpo_lightning.algorithm.mismatch import mismatch_metrics
 from grpo_lightning.algorithm.packing import PackedMicroBatch
 from grpo_lightning.algorithm.truncation import Truncation, replayed_truncation
@@ -60,7 +61,7 @@ from grpo_lightning.reductions import ValidationMeans
 from grpo_lightning.rollout.generator import RolloutGenerator
 from grpo_lightning.sharding import DATA_PARALLEL, shard_module
 from grpo_lightning.step import PassStats, RolloutBatch, StepContext, StepResult
-from grpo_lightning.step_passes import PassRecorder, correction_band, measure_mismatch
+from grpo_lightning.step_passes import PassRecorder, measure_mismatch
 from grpo_lightning.update_check import nonfinite_update_count
 from grpo_lightning.weight_push import CloseRolloutOnException, push_weights
 
@@ -156,7 +157,10 @@ class GRPOModule(L.LightningModule):
             record = iteration == 0 and (self.cfg.num_iterations > 1 or rollout.engine_logprobs is not None)
             stats = self.accumulate_gradients(rollout, prepared, record_old=record)
             if record:
-                result.mismatch = measure_mismatch(rollout, stats.old_logprobs, version, correction_band(self.cfg))
+                corrections = selected_corrections(self.cfg)
+                result.mismatch = measure_mismatch(
+                    rollout, stats.old_logprobs, version, corrections, prepared.advantages
+                )
                 prepared = replace(prepared, old=stats.old_logprobs) if self.cfg.num_iterations > 1 else prepared
             self.counters.nonfinite_seqs += stats.dropped_seqs
             result.passes.append(stats)
