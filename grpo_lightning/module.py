@@ -15,6 +15,9 @@ Data flows one way, and ``training_step`` reads it top to bottom:
 6. **sync**: the module's ``on_train_batch_end`` (Lightning calls it after the callbacks')
    pushes the new weights into an engine that keeps its own (vLLM).
 
+The hooks around the step (engine life cycle, validation, checkpoint state) are the
+:class:`~grpo_lightning.module_hooks.LifecycleHooks` mixin.
+
 The module owns the generator (no callback hands it batches): each hop's product is passed on
 in one function, and a plain ``Trainer`` with no callbacks trains and validates.
 """
@@ -44,25 +47,26 @@ from grpo_lightning.algorithm import (
     micro_batch_loss,
     sequences_in_loss,
 )
+from grpo_lightning.algorithm.corrections import selected_corrections
 from grpo_lightning.algorithm.mismatch import mismatch_metrics
 from grpo_lightning.algorithm.packing import PackedMicroBatch
 from grpo_lightning.algorithm.truncation import Truncation, replayed_truncation
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.guards import NonFiniteCounters, NonFiniteTrainingError
-from grpo_lightning.metrics import CALLBACK_METRICS, StepTotals, log_callback_metrics, step_metrics, write_metrics
+from grpo_lightning.metrics import CALLBACK_METRICS, StepTotals, log_callback_metrics, step_metrics
 from grpo_lightning.micro_batches import frozen_log_probs, micro_batches
 from grpo_lightning.models.auto_checkpointing import CheckpointingChoice, choose_checkpointing, set_checkpointing
 from grpo_lightning.models.forward import CompletionLogProbs
 from grpo_lightning.models.lora import AdapterDisabledReference, is_peft_model, reference_model
+from grpo_lightning.module_hooks import LifecycleHooks
 from grpo_lightning.optim import adamw_can_fuse, build_optimizer
 from grpo_lightning.reductions import ValidationMeans
 from grpo_lightning.rollout.generator import RolloutGenerator
 from grpo_lightning.sharding import DATA_PARALLEL, shard_module
 from grpo_lightning.step import PassStats, RolloutBatch, StepContext, StepResult
-from grpo_lightning.step_passes import PassRecorder, correction_band, measure_mismatch
+from grpo_lightning.step_passes import PassRecorder, measure_mismatch
 from grpo_lightning.update_check import nonfinite_update_count
-from grpo_lightning.weight_push import CloseRolloutOnException, push_weights
 
 # Re-exported: the records and helpers that used to live here keep their import path.
 __all__ = ["CALLBACK_METRICS", "GRPOModule", "PassStats", "StepResult", "adamw_can_fuse"]
@@ -77,7 +81,7 @@ def _default_reference(policy: nn.Module):
     return AdapterDisabledReference(policy) if is_peft_model(policy) else copy.deepcopy(policy)
 
 
-class GRPOModule(L.LightningModule):
+class GRPOModule(LifecycleHooks, L.LightningModule):
     """GRPO over a Hugging Face causal LM. ``policy`` is trained; a frozen copy is the reference
     (for a LoRA policy, the same base model with its adapters switched off).
 
@@ -156,7 +160,10 @@ class GRPOModule(L.LightningModule):
             record = iteration == 0 and (self.cfg.num_iterations > 1 or rollout.engine_logprobs is not None)
             stats = self.accumulate_gradients(rollout, prepared, record_old=record)
             if record:
-                result.mismatch = measure_mismatch(rollout, stats.old_logprobs, version, correction_band(self.cfg))
+                corrections = selected_corrections(self.cfg)
+                result.mismatch = measure_mismatch(
+                    rollout, stats.old_logprobs, version, corrections, prepared.advantages
+                )
                 prepared = replace(prepared, old=stats.old_logprobs) if self.cfg.num_iterations > 1 else prepared
             self.counters.nonfinite_seqs += stats.dropped_seqs
             result.passes.append(stats)
@@ -355,61 +362,7 @@ class GRPOModule(L.LightningModule):
         if mesh is not None:
             shard_module(self, mesh[DATA_PARALLEL])
 
-    # ----------------------------------------------------------------------- rollout life cycle
-    def setup(self, stage: str) -> None:
-        if self.rollout is not None:
-            self.rollout.setup(self.policy)
-
-    def configure_callbacks(self) -> list[L.Callback]:
-        return [CloseRolloutOnException(self.rollout)] if self.rollout is not None else []
-
-    def on_train_start(self) -> None:
-        # An engine started from another snapshot (or shared between runs) begins from this policy.
-        if self.rollout is not None:
-            push_weights(self, self.global_step, force=True)
-
-    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
-        """The last hop: after the monitor (callbacks run first), push the new weights to the
-        engine; then the step's metrics, the sync's included, go to the loggers."""
-        if self.rollout is not None:
-            self.last_metrics.update(push_weights(self, self.global_step))
-        write_metrics(self._trainer, self.last_metrics, self.global_step)
-
-    def on_train_end(self) -> None:
-        if self.rollout is not None:
-            self.rollout.close()
-
-    # ----------------------------------------------------------------------- evaluation
-    def validation_step(self, batch: list[dict], batch_idx: int) -> None:
-        """Greedy (and pass@k) accuracy on held-out prompts; averaged over batches by their size."""
-        if self.evaluator is None:
-            raise RuntimeError(
-                "validation needs GRPOModule(..., rollout=..., correctness_reward=<reward function name>) "
-                "to score held-out prompts; or turn validation off with Trainer(limit_val_batches=0)"
-            )
-        metrics = self.evaluator.evaluate(batch, step=self.global_step, rank=self.global_rank)
-        self.val_means.update(metrics, len(batch), self.device)
-
-    def on_validation_epoch_end(self) -> None:
-        """The ``val/*`` means over every rank's prompts (torchmetrics' sync), logged once."""
-        if self.val_means.means:
-            self.log_dict(self.val_means.compute(), on_step=False, on_epoch=True)
-
     # ----------------------------------------------------------------------- optimizer
     def configure_optimizers(self):
         total = self.trainer.max_steps if self._trainer is not None and self.trainer.max_steps > 0 else 0
         return build_optimizer(self.policy, self.cfg, total)
-
-    # ----------------------------------------------------------------------- checkpoints
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["grpo_counters"] = asdict(self.counters)
-        checkpoint["grpo_totals"] = self.totals.state_dict()
-        if hasattr(self.rollout, "state_dict"):  # async generation: the batches in flight
-            checkpoint["grpo_rollout"] = self.rollout.state_dict()
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        if "grpo_counters" in checkpoint:
-            self.counters = NonFiniteCounters(**checkpoint["grpo_counters"])
-        self.totals.load_state_dict(checkpoint.get("grpo_totals", {}))
-        if "grpo_rollout" in checkpoint and hasattr(self.rollout, "load_state_dict"):
-            self.rollout.load_state_dict(checkpoint["grpo_rollout"])

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from grpo_lightning.algorithm.mismatch import mismatch_sums
+from grpo_lightning.algorithm.corrections import Correction
+from grpo_lightning.algorithm.mismatch import correction_flags, mismatch_sums
 from grpo_lightning.algorithm.objective import LossTerms, MicroBatch
 from grpo_lightning.step import AggregationRecord, PassStats, RolloutBatch, TokenLogProbs
 
@@ -92,17 +93,19 @@ def version_lag(rollout: RolloutBatch, trainer_version: int) -> torch.Tensor | N
     return None
 
 
-def correction_band(cfg) -> tuple[float, float]:
-    """The importance-ratio band the configured correction keeps: truncated IS caps at ``is_cap``."""
-    return 0.0, float(getattr(cfg, "is_cap", 2.0))
-
-
 def measure_mismatch(
-    rollout: RolloutBatch, logprobs: TokenLogProbs | None, trainer_version: int, band: tuple[float, float]
+    rollout: RolloutBatch,
+    logprobs: TokenLogProbs | None,
+    trainer_version: int,
+    corrections: list[Correction],
+    advantages: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """The engine-trainer mismatch totals of the step (``algorithm/mismatch.py``), from the first pass's
-    log-probs (before the update): no extra forward. Empty when the engine reported no log-probs."""
+    log-probs (before the update): no extra forward. ``corrections`` (``selected_corrections``) decide the
+    band and mask fractions as in that pass's loss (there, in both modes, "train" is these log-probs).
+    Empty when the engine reported no log-probs."""
     if rollout.engine_logprobs is None or logprobs is None:
         return {}
     mask = rollout.trained_mask.bool() & logprobs.finite
-    return mismatch_sums(logprobs.logp, rollout.engine_logprobs, mask, version_lag(rollout, trainer_version), band)
+    flags = correction_flags(corrections, logprobs.logp, rollout.engine_logprobs, mask, advantages)
+    return mismatch_sums(logprobs.logp, rollout.engine_logprobs, mask, version_lag(rollout, trainer_version), flags)

@@ -12,9 +12,13 @@ update. Their difference is the off-policy gap the loss silently assumes away. C
 * ``k3 = mean(r - 1 - d)`` (>= 0), ``chi2_token = mean(r^2) - 1``, ``chi2_seq = mean(R^2) - 1``;
 * effective sample size ``ess = mean(r)^2 / mean(r^2)`` (verl's 1 / mean(w~^2), w~ = r / mean(r));
 * the IS weight statistics are of the raw ratios (before any correction truncates them);
-* ``outside_band_frac``: tokens whose ratio lies outside the correction's band [lo, hi];
-  ``seq_outside_band_frac``: sequences whose ``R`` does; ``masked_*``: what a correction's
-  mask removed (given by the caller; 0 when no correction masks).
+* ``outside_band_frac``: tokens outside the band of at least one configured correction (each
+  correction's ``band()`` on its own statistic, ``Correction.outside``); without a correction the
+  default band :data:`DEFAULT_BAND` (token ratio in [0.5, 2], F8's alarm band on the mean weight);
+  ``seq_outside_band_frac``: sequences with such a token (for a sequence-level correction: whose
+  statistic is outside); ``masked_*``: the tokens (sequences with a token) the combined keep masks
+  removed, 0 without a mask correction. With several corrections each also gets its own
+  ``outside_band/<name>``, ``seq_outside_band/<name>``, ``masked_token_frac/<name>``, ``masked_seq_frac/<name>``.
 
 Samples the current weights generated (version lag 0) are measured apart from lagged ones,
 whose gap mixes staleness with mismatch. :func:`mismatch_sums` returns additive sums and
@@ -25,8 +29,11 @@ the ``mismatch/*`` metrics. Pure tensor math in float64, read once per step (one
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
+
+from grpo_lightning.algorithm.corrections.base import Band, Correction, CorrectionInputs, CorrectionOutput
 
 LOG_RATIO_CLAMP = 20.0
 EARLY_TOKENS = 2  # the first completion tokens, where a stale prefix cache shows most
@@ -38,14 +45,65 @@ SUMS = (
 )  # fmt: skip
 MAXES = ("abs_dlogp_max", "abs_dp_max", "w_max", "negw_max")  # negw_max = -min(r)
 GROUPS = ("lag0", "lagged")
+DEFAULT_BAND = Band("token_ratio", 0.5, 2.0)  # watched when no correction is configured
+PER_CORRECTION = {  # summed per correction as "<name>:<key>" -> its metric ``<metric>/<name>``
+    "outside": "outside_band",
+    "seq_outside": "seq_outside_band",
+    "masked_tokens": "masked_token_frac",
+    "masked_seqs": "masked_seq_frac",
+}
 
 
-def _group_sums(d, eng, p_train, p_eng, mask, seq_on, band, masked, early) -> list[torch.Tensor]:
+class DefaultBand(Correction):
+    """Not a correction (changes nothing): watches :data:`DEFAULT_BAND` when none is configured."""
+
+    name = "default_band"
+    is_weight = False
+
+    def compute(self, x: CorrectionInputs) -> CorrectionOutput:
+        return CorrectionOutput(None, None)
+
+    def band(self) -> Band:
+        return DEFAULT_BAND
+
+
+def correction_flags(
+    corrections: Sequence[Correction],
+    trainer_logp: torch.Tensor,
+    engine_logp: torch.Tensor,
+    mask: torch.Tensor,
+    advantages: torch.Tensor | None = None,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Per correction name: ([B, T] outside its band, [B, T] removed by its mask), decided exactly as the
+    loss decides (the same float32 :class:`CorrectionInputs`); :class:`DefaultBand` when there is none."""
+    on = mask.bool()
+    engine = torch.where(on, engine_logp, trainer_logp)  # padding: no NaN in a ratio (as objective.correct)
+    adv = torch.zeros(mask.shape[0], device=mask.device) if advantages is None else advantages
+    x = CorrectionInputs(trainer_logp.detach(), engine.detach(), on.float(), adv.detach())
+    flags = {}
+    with torch.no_grad():
+        for correction in corrections or [DefaultBand(None)]:
+            keep = correction(x).keep
+            flags[correction.name] = (correction.outside(x), torch.zeros_like(on) if keep is None else on & ~keep)
+    return flags
+
+
+def _flag_sums(outside, removed, mask, seq_on) -> list[torch.Tensor]:
+    """The PER_CORRECTION sums of [B, T] float flags over the tokens ``mask`` and the sequences ``seq_on``."""
+    return [
+        (outside * mask).sum(),
+        ((outside * mask).sum(dim=1).gt(0).double() * seq_on).sum(),
+        (removed * mask).sum(),
+        ((removed * mask).sum(dim=1).gt(0).double() * seq_on).sum(),
+    ]
+
+
+def _group_sums(d, eng, p_train, p_eng, mask, seq_on, outside, masked, early) -> list[torch.Tensor]:
     """SUMS then MAXES of the tokens ``mask`` (float) and the sequences ``seq_on`` (float)."""
-    lo, hi = band
     on = mask > 0
     r = torch.exp(d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     seq_r = torch.exp((d * mask).sum(dim=1).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    outside_n, seq_outside, masked_n, seq_masked = _flag_sums(outside, masked, mask, seq_on)
     abs_d, abs_dp = d.abs(), (p_train - p_eng).abs()
     none = d.new_full((), -math.inf)  # the extreme of no token (the group is then not reported)
 
@@ -64,16 +122,16 @@ def _group_sums(d, eng, p_train, p_eng, mask, seq_on, band, masked, early) -> li
         total(abs_dp),
         total(r),
         total(r * r),
-        total(((r < lo) | (r > hi)).float()),
+        outside_n,
         (seq_r * seq_r * seq_on).sum(),
-        (((seq_r < lo) | (seq_r > hi)).float() * seq_on).sum(),
+        seq_outside,
         total((d < -SIGN_EPS).float()),
         total((d > SIGN_EPS).float()),
         total(abs_d * early),
         total(early),
         total(abs_d * (1 - early)),
-        total(masked),
-        ((masked * mask).sum(dim=1).gt(0).float() * seq_on).sum(),
+        masked_n,
+        seq_masked,
         total(eng),  # with the next two: the slope of d against the engine's log-prob (a temperature gone missing)
         total(eng * eng),
         total(d * eng),
@@ -90,23 +148,27 @@ def mismatch_sums(
     engine_logp: torch.Tensor,
     mask: torch.Tensor,
     lag: torch.Tensor | None = None,
-    band: tuple[float, float] = (0.0, 2.0),
-    masked: torch.Tensor | None = None,
+    flags: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> dict[str, float]:
     """Totals of the mismatch of [B, T] log-probs over the tokens ``mask`` marks, per group
     (``lag0_*`` and ``lagged_*``) plus ``lag_sum`` / ``lag_max`` over all tokens.
 
     ``lag`` [B, T] (or [B]) is each token's version lag (optimizer steps between the weights
-    that sampled it and the trainer's; None: 0); ``masked`` [B, T] the tokens a correction
-    removed from the loss. A sequence is lagged if any of its tokens is.
+    that sampled it and the trainer's; None: 0); ``flags`` the corrections' (outside, removed)
+    [B, T] of :func:`correction_flags` (None: the default band's). A sequence is lagged if any of its
+    tokens is. With several corrections each one's PER_CORRECTION sums come as ``<group>_<name>:<key>``.
     """
+    if flags is None:
+        flags = correction_flags((), trainer_logp, engine_logp, mask)
     # float64: the variance of the weights is a difference of nearly equal sums (cheap at [B, T]).
     mask = mask.double()
     trainer_logp, engine_logp = trainer_logp.detach().double(), engine_logp.detach().double()
     d = (trainer_logp - engine_logp) * mask  # padding: d = 0
     p_train, p_eng = trainer_logp.exp() * mask, engine_logp.exp() * mask
     lag = torch.zeros_like(mask) if lag is None else lag.double().expand_as(mask) * mask
-    masked = torch.zeros_like(mask) if masked is None else masked.double() * mask
+    per = {name: (outside.double(), removed.double()) for name, (outside, removed) in flags.items()}
+    outside = torch.stack([o for o, _ in per.values()]).amax(dim=0)  # outside at least one band
+    masked = torch.stack([r for _, r in per.values()]).amax(dim=0)  # removed by at least one mask
     position = torch.cumsum(mask, dim=1)
     early = ((position <= EARLY_TOKENS) & (mask > 0)).double()
     seq_real = mask.sum(dim=1) > 0
@@ -114,12 +176,14 @@ def mismatch_sums(
     values = []
     for lagged in (False, True):
         seq_on = (seq_real & (seq_lagged == lagged)).double()
-        values += _group_sums(
-            d, engine_logp * mask, p_train, p_eng, mask * seq_on[:, None], seq_on, band, masked, early
-        )
+        group_mask = mask * seq_on[:, None]
+        values += _group_sums(d, engine_logp * mask, p_train, p_eng, group_mask, seq_on, outside, masked, early)
+        if len(per) > 1:
+            values += [v for o, r in per.values() for v in _flag_sums(o, r, group_mask, seq_on)]
     values += [lag.sum(), lag.amax() if lag.numel() else lag.new_zeros(())]
     flat = torch.stack(values).double().tolist()  # the one host read
-    keys = [f"{g}_{k}" for g in GROUPS for k in (*SUMS, *MAXES)] + ["lag_sum", "lag_max"]
+    own = [f"{name}:{k}" for name in per for k in PER_CORRECTION] if len(per) > 1 else []
+    keys = [f"{g}_{k}" for g in GROUPS for k in (*SUMS, *MAXES, *own)] + ["lag_sum", "lag_max"]
     return dict(zip(keys, flat, strict=True))
 
 
@@ -153,10 +217,23 @@ def group_metrics(sums: dict[str, float], group: str) -> dict[str, float]:
         "seq_outside_band_frac": s["seq_outside"] / max(seqs, 1.0),
         "masked_token_frac": s["masked_tokens"] / n,
         "masked_seq_frac": s["masked_seqs"] / max(seqs, 1.0),
+        **_per_correction(s, n, max(seqs, 1.0)),
         "chi2_token": w2_mean - 1.0,
         "chi2_seq": s["seq_r2"] / max(seqs, 1.0) - 1.0,
         "tokens": n,
     }
+
+
+def _per_correction(s: dict[str, float], tokens: float, seqs: float) -> dict[str, float]:
+    """``outside_band/<name>`` etc. from the ``<name>:<key>`` sums (present with several corrections)."""
+    out = {}
+    for key, value in s.items():
+        if ":" in key:
+            name, stat = key.split(":")
+            out[f"{PER_CORRECTION[stat]}/{name}"] = value / (
+                seqs if stat.startswith(("seq_", "masked_seqs")) else tokens
+            )
+    return out
 
 
 def mismatch_metrics(sums: dict[str, float]) -> dict[str, float]:

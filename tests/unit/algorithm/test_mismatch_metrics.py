@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_lightning.algorithm.mismatch import add_sums, mismatch_metrics, mismatch_sums
+from grpo_lightning.algorithm.corrections import CORRECTIONS
+from grpo_lightning.algorithm.corrections.icepop import IcepopOptions
+from grpo_lightning.algorithm.mismatch import add_sums, correction_flags, mismatch_metrics, mismatch_sums
 from grpo_lightning.step import RolloutBatch, TokenLogProbs
 from grpo_lightning.step_passes import measure_mismatch, version_lag
 
@@ -34,6 +36,7 @@ def _reference(trainer, engine, mask, lag, band, lagged):
         return None
     r = np.exp(d)
     big_r = np.array([np.exp((tr[i] - en[i])[m[i]].sum()) for i in rows])
+    seq_out = [((np.exp(tr[i] - en[i])[m[i]] < band[0]) | (np.exp(tr[i] - en[i])[m[i]] > band[1])).any() for i in rows]
     dp = np.abs(np.concatenate([(np.exp(tr[i]) - np.exp(en[i]))[m[i]] for i in rows]))
     return {
         "k1": np.mean(-d),
@@ -48,7 +51,7 @@ def _reference(trainer, engine, mask, lag, band, lagged):
         "is_weight_max": r.max(),
         "ess": 1.0 / np.mean((r / r.mean()) ** 2),
         "outside_band_frac": np.mean((r < band[0]) | (r > band[1])),
-        "seq_outside_band_frac": np.mean((big_r < band[0]) | (big_r > band[1])),
+        "seq_outside_band_frac": np.mean(seq_out),  # a sequence with a token outside
         "chi2_token": np.mean(r**2) - 1,
         "chi2_seq": np.mean(big_r**2) - 1,
     }
@@ -58,7 +61,10 @@ def _reference(trainer, engine, mask, lag, band, lagged):
 def test_metrics_match_float64_formulas(seed):
     trainer, engine, mask, lag = _case(seed)
     band = (0.9, 1.1)
-    metrics = mismatch_metrics(mismatch_sums(trainer, engine, mask, lag, band))
+    icepop = CORRECTIONS["icepop"](IcepopOptions(*band))  # its band is the token ratio's [lower, upper]
+    metrics = mismatch_metrics(
+        mismatch_sums(trainer, engine, mask, lag, correction_flags([icepop], trainer, engine, mask))
+    )
     for lagged, prefix in ((False, "mismatch/"), (True, "mismatch/lagged/")):
         expected = _reference(trainer, engine, mask, lag, band, lagged)
         if expected is None:
@@ -113,7 +119,7 @@ def test_masked_fractions_count_what_the_correction_removed_and_huge_gaps_stay_f
     engine = torch.tensor([[-100.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
     masked = torch.tensor([[1, 0, 1], [0, 0, 0]])  # the padding token does not count
-    m = mismatch_metrics(mismatch_sums(trainer, engine, mask, masked=masked))
+    m = mismatch_metrics(mismatch_sums(trainer, engine, mask, flags={"x": (torch.zeros_like(mask), masked)}))
     assert m["mismatch/masked_token_frac"] == pytest.approx(1 / 5)
     assert m["mismatch/masked_seq_frac"] == pytest.approx(1 / 2)
     assert all(math.isfinite(v) for v in m.values())
@@ -136,9 +142,9 @@ def test_the_step_hook_counts_lags_from_the_token_versions_and_skips_engines_wit
     )
     assert version_lag(batch, 5).tolist() == [[0, 0, 0], [1, 0, 0], [2, 2, 2], [0, 0, 0]]
     trainer = TokenLogProbs(torch.full((n, c), -1.0), None, torch.ones(n, c, dtype=torch.bool))
-    metrics = mismatch_metrics(measure_mismatch(batch, trainer, 5, (0.0, 2.0)))
+    metrics = mismatch_metrics(measure_mismatch(batch, trainer, 5, []))
     assert metrics["mismatch/tokens"] == 4 and metrics["mismatch/lagged/tokens"] == 5  # rows 0, 3 | 1, 2
     assert metrics["mismatch/version_lag_max"] == 2
     assert metrics["mismatch/version_lag_mean"] == pytest.approx((1 + 2 * 3) / 9)
     batch.engine_logprobs = None
-    assert measure_mismatch(batch, trainer, 5, (0.0, 2.0)) == {}
+    assert measure_mismatch(batch, trainer, 5, []) == {}
