@@ -267,7 +267,9 @@ def build_run(
     rollout.max_steps, rollout.num_train_prompts = cfg.trainer.max_steps, len(datamodule.train_records)
     if isinstance(task := cfg.task.promoted(), EpisodeTaskConfig):  # multi-turn: episodes in an environment
         context = r.vllm.max_model_len or getattr(policy.config, "max_position_embeddings", None)
-        rollout.episodes = EpisodeRollout.from_task(task, tokenizer, r.max_new_tokens, context)
+        rollout.episodes = EpisodeRollout.from_task(
+            task, tokenizer, r.max_new_tokens, context, datamodule.train_records[0], cfg.model.name_or_path
+        )
     if r.dynamic_sampling:
         rollout.dynamic = DynamicSampling(datamodule.train_records, r.max_sampling_rounds)
     module = GRPOModule(

@@ -17,7 +17,8 @@ from grpo_lightning.config import TrainConfig, register_config_check
 from grpo_lightning.config.base import check, option
 from grpo_lightning.config.task import TaskConfig
 from grpo_lightning.environments import aggregators, rewards  # noqa: F401  (register the aggregators, the environment reward)
-from grpo_lightning.environments.base import ENVIRONMENTS, REWARD_AGGREGATORS
+from grpo_lightning.environments.base import ENVIRONMENTS, REWARD_AGGREGATORS, TOOL_PARSERS
+from grpo_lightning.environments.parsers import AUTO
 
 # Why an episode ended. "done": the environment said so; the others are limits or failures.
 DONE = "done"
@@ -83,7 +84,12 @@ class EpisodeTaskConfig(TaskConfig):
     failed_reward: float = option(0.0, "Reward of a failed episode (env error, timeout) in its group's statistics.")
     reward_aggregator: str = option("sum", "How per-step environment rewards become one: a REWARD_AGGREGATORS name.")
     chat_template_override: Optional[str] = option(
-        None, "A Jinja chat template used instead of the tokenizer's for episodes; null: the tokenizer's (or plain)."
+        None,
+        "Chat template for episodes: a shipped one's name (chatml_tools) or Jinja text; null: the tokenizer's (or plain).",
+    )
+    tool_parser: str = option(
+        AUTO,
+        "How the model writes tool calls: a TOOL_PARSERS name; auto: chosen from the template/model, printed at start.",
     )
 
     def check_fields(self, p: str) -> list[str]:
@@ -91,6 +97,8 @@ class EpisodeTaskConfig(TaskConfig):
         for registry, name in ((ENVIRONMENTS, self.environment), (REWARD_AGGREGATORS, self.reward_aggregator)):
             if (problem := registry.problem(name)) is not None:
                 problems.append(problem)
+        if self.tool_parser != AUTO and (problem := TOOL_PARSERS.problem(self.tool_parser, f"{p}tool_parser")):
+            problems.append(problem)
         check(problems, self.max_turns >= 1, f"{p}max_turns={self.max_turns} must be >= 1")
         total = self.max_total_tokens
         check(problems, total is None or total >= 2, f"{p}max_total_tokens={total} must be >= 2 (null = the context)")

@@ -5,11 +5,13 @@ environment's messages become ids by comparing renders (:meth:`ChatRenderer.env_
 stand-in conversation ``[user, assistant(SENTINEL)]`` is rendered with and without the new
 messages; what follows the sentinel is the template's turn close, the new messages and the
 next assistant header. The sampled ids stay as they were sampled; only the boundary is
-reconciled: when the model's last token is a stop token whose text opens the template's turn
-close (``<|im_end|>`` sampled, ``<|im_end|>\\n`` rendered), that much of the close is not
-appended twice; the rest of it (the ``\\n``) is. A turn cut by a limit (no stop token) gets
-the whole close. Why a stand-in rather than the real history: the sampled text would have to
-be decoded and re-rendered, the re-tokenization drift this module exists to avoid.
+reconciled: when the model's last token is a stop token found in the template's turn close
+(``<|im_end|>`` sampled, ``<|im_end|>\\n`` rendered), the close up to it is not appended again; the
+rest of it (the ``\\n``) is. Text a template puts before the stop token (``\\n<|im_end|>``) is
+skipped with it: the model stopped without sampling it, and a second stop token must not follow
+(the ids then differ from a full render, which the start-up check names). A turn cut by a limit
+(no stop token) gets the whole close. Why a stand-in rather than the real history: the sampled
+text would have to be decoded and re-rendered, the re-tokenization drift this module exists to avoid.
 
 A tokenizer without a chat template (the tiny character model) uses :data:`PLAIN_TEMPLATE`:
 the messages' contents one after another, the prompt tokenized with the tokenizer's own special
@@ -47,6 +49,7 @@ class ChatRenderer:
             eos = getattr(tokenizer, "eos_token_id", None)
             stop_ids = [] if eos is None else [eos]
         self.stop_ids = frozenset(int(i) for i in stop_ids)
+        self._close: str | None = None  # the template's turn close after an assistant message, rendered once
 
     # ----------------------------------------------------------------------- rendering
     def render(self, messages: list[Message], tools: list[dict] | None = None, generation_prompt: bool = False) -> str:
@@ -89,13 +92,19 @@ class ChatRenderer:
         return text[at + len(SENTINEL) :]
 
     def boundary(self, sampled_ids: list[int], suffix: str) -> str:
-        """``suffix`` less the part of the turn close that the model's stop token already is."""
+        """``suffix`` less the part of the turn close that the model's stop token ended: the close up to
+        and including the stop token's text. A template may put text before it (``content\\n<|im_end|>``)
+        that the model does not sample before stopping: it is skipped too, never a second stop token."""
         if not sampled_ids or sampled_ids[-1] not in self.stop_ids:
             return suffix
         stop_text = self.tokenizer.convert_ids_to_tokens(int(sampled_ids[-1]))
-        if stop_text and suffix.startswith(stop_text):
-            return suffix[len(stop_text) :]
-        return suffix
+        if not stop_text:
+            return suffix
+        if self._close is None:
+            self._close = self.turn_suffix([], None, final=True)
+        at = self._close.find(stop_text)
+        closed = self._close[: at + len(stop_text)] if at >= 0 else stop_text
+        return suffix[len(closed) :] if suffix.startswith(closed) else suffix
 
     def env_ids(self, sampled_ids: list[int], messages: list[Message], tools: list[dict] | None = None) -> list[int]:
         """The ids to append after the model's ``sampled_ids``: the rest of the turn close, the

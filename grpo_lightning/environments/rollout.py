@@ -18,12 +18,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 
 from grpo_lightning.environments import aggregators, rewards  # noqa: F401  (register the built-ins)
 from grpo_lightning.environments.base import ENVIRONMENTS, REWARD_AGGREGATORS, TOOL_PARSERS, Environment
 from grpo_lightning.environments.episode import Episode, EpisodeRunner, ToolParser
 from grpo_lightning.environments.limits import DONE, STOP_REASONS, EpisodeLimits
+from grpo_lightning.environments.parsers import AUTO
 from grpo_lightning.environments.render import ChatRenderer
+from grpo_lightning.environments.template_checks import resolve_chat_template, startup_report
 from grpo_lightning.rewards.scorer import RewardState
 from grpo_lightning.rollout.seeding import group_seeds, sample_seed
 from grpo_lightning.step import RolloutBatch
@@ -54,10 +57,21 @@ class EpisodeRollout:
         self.last_episodes: list[Episode] = []  # the latest batch's episodes, for reading and replay
 
     @classmethod
-    def from_task(cls, options: Any, tokenizer: Any, max_turn_tokens: int, context: int | None) -> EpisodeRollout:
-        """The episode rollout of an :class:`~grpo_lightning.environments.limits.EpisodeTaskConfig` task."""
+    def from_task(
+        cls,
+        options: Any,
+        tokenizer: Any,
+        max_turn_tokens: int,
+        context: int | None,
+        row: dict[str, Any],
+        model_name: str = "",
+    ) -> EpisodeRollout:
+        """The episode rollout of an :class:`~grpo_lightning.environments.limits.EpisodeTaskConfig` task.
+
+        Before any step, prints the tool-call parser (configured, or chosen from the template and
+        ``model_name``) and the chat template's verdict over the tools an environment reset on ``row``
+        offers; warns once about each way the template differs from inference."""
         factory = ENVIRONMENTS[options.environment]
-        parser_name = getattr(options, "tool_parser", None)
         limits = EpisodeLimits(
             max_turns=options.max_turns,
             max_turn_tokens=max_turn_tokens,
@@ -66,11 +80,19 @@ class EpisodeRollout:
             episode_timeout_s=options.episode_timeout_s,
             step_timeout_s=options.step_timeout_s,
         )
+        renderer = ChatRenderer(tokenizer, resolve_chat_template(options.chat_template_override))
+
+        def make_env(record: dict) -> Environment:
+            return factory(options, record)
+
+        parser, lines = startup_report(renderer, make_env, row, getattr(options, "tool_parser", AUTO), model_name)
+        for line in lines:
+            rank_zero_info(line)
         return cls(
-            lambda row: factory(options, row),
+            make_env,
             limits,
-            ChatRenderer(tokenizer, options.chat_template_override),
-            TOOL_PARSERS[parser_name] if parser_name else None,
+            renderer,
+            TOOL_PARSERS[parser] if parser else None,
             options.reward_aggregator,
             options.failed_reward,
         )

@@ -162,8 +162,8 @@ def _cause(turns: list[tuple[str, list[Message]]], full_text: str, trained: str,
     """A known cause, named, when the texts show it."""
     if stop and trained.startswith(stop) and not rendered.startswith(stop) and stop in rendered:
         return (
-            f" (the template closes a turn with text before {stop}, which the model does not sample: "
-            "the trained ids hold the stop token twice)"
+            f" (the template closes a turn with text before {stop}, which the model does not sample before "
+            "stopping: the trained ids go on right after the sampled stop token)"
         )
     thoughts = [t.split("</think>")[0].split("<think>")[-1].strip() for t, _ in turns if "<think>" in t]
     if any(thought not in full_text for thought in thoughts):

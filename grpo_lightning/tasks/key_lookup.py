@@ -18,7 +18,7 @@ from typing import Optional
 
 from grpo_lightning.config.base import check, option
 from grpo_lightning.config.task import TASKS, task_name
-from grpo_lightning.environments.base import ENVIRONMENTS, TOOL_PARSERS, Reset, Step, Turn
+from grpo_lightning.environments.base import ENVIRONMENTS, Reset, Step, Turn
 from grpo_lightning.environments.limits import EpisodeTaskConfig
 from grpo_lightning.environments.template_checks import describe_tools, format_call
 from grpo_lightning.environments.tools import ToolEnvironment, ToolLimits
@@ -56,8 +56,6 @@ class KeyLookupTaskConfig(EpisodeTaskConfig):
 
     def check_fields(self, p: str) -> list[str]:
         problems = super().check_fields(p)
-        if (problem := TOOL_PARSERS.problem(self.tool_parser, f"{p}tool_parser")) is not None:
-            problems.append(problem)
         check(problems, 1 <= self.num_keys <= 100_000, f"{p}num_keys={self.num_keys} must be in [1, 100000]")
         check(problems, 1 <= self.value_digits <= 12, f"{p}value_digits={self.value_digits} must be in [1, 12]")
         check(problems, self.key_style in KEY_STYLES, f"{p}key_style={self.key_style!r}; choose one of {KEY_STYLES}")

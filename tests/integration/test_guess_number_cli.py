@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import logging
 import sys
 
 import pytest
@@ -21,7 +22,8 @@ ARGS = (
 )
 
 
-def test_guess_number_trains_from_the_cli_and_logs_episode_metrics(tmp_path, monkeypatch):
+def test_guess_number_trains_from_the_cli_and_logs_episode_metrics(tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.INFO)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["grpo-lightning", *ARGS, f"hydra.run.dir={tmp_path}/run"])
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -38,3 +40,6 @@ def test_guess_number_trains_from_the_cli_and_logs_episode_metrics(tmp_path, mon
         stops = sum(float(row[f"rollout/episodes/stop/{reason}"]) for reason in ("done", "max_turns", "context"))
         assert stops == 8 and float(row["rollout/episodes/failed"]) == 0
         assert "health/episode_failures/failed_frac" in row
+    printed = [r.getMessage() for r in caplog.records]  # at start: the parser and the template's verdict
+    assert any(line.startswith("tool-call parser: ") for line in printed)
+    assert "chat template: no tools offered" in printed

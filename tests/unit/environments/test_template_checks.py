@@ -73,9 +73,10 @@ def test_smollm2_ignores_tools_and_the_shipped_template_fixes_it():
     assert resolve_chat_template("chatml_tools") == CHATML_TOOLS and resolve_chat_template("{{ x }}") == "{{ x }}"
 
 
-def test_a_close_before_the_stop_token_is_caught_as_a_doubled_stop_token():
+def test_a_close_before_the_stop_token_is_named_as_text_the_model_does_not_sample():
     report = check("boundary_newline")
-    assert len(report.problems) == 2 and all("stop token twice" in p for p in report.problems)
+    assert len(report.problems) == 2 and all("text before <|im_end|>" in p for p in report.problems)
+    assert all("right after the sampled stop token" in p for p in report.problems)
 
 
 def test_a_template_that_rewrites_its_start_is_not_prefix_preserving():
