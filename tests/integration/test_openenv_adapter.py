@@ -1,5 +1,5 @@
 """The OpenEnv adapter against a real openenv 0.10 server on loopback (run from its own venv, whose
-pins clash with ours: OPENENV_PYTHON, default /work/venvs/openenv/bin/python; skipped without it)."""
+pins clash with ours: OPENENV_PYTHON, default .venv-openenv/bin/python, made by make test)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,16 @@ from grpo_lightning.environments.base import ENVIRONMENTS, TOOL_PARSERS, Turn
 from grpo_lightning.tasks.key_lookup import KeyLookupTaskConfig
 
 pytestmark = pytest.mark.slow
-PYTHON = os.environ.get("OPENENV_PYTHON", "/work/venvs/openenv/bin/python")
+ROOT = Path(__file__).resolve().parents[2]
+# openenv's pins clash with ours: it lives in a venv of its own, made by `make test` (Makefile).
+PYTHON = os.environ.get("OPENENV_PYTHON", str(ROOT / ".venv-openenv" / "bin" / "python"))
 SERVER = Path(__file__).resolve().parents[1] / "helpers" / "openenv_counter_server.py"
 
 
 @pytest.fixture(scope="module")
 def server_url():
     if not Path(PYTHON).exists():
-        pytest.skip(f"no openenv venv at {PYTHON} (python -m venv ... && pip install openenv==0.10.0)")
+        pytest.fail(f"no openenv venv at {PYTHON}: run `make .venv-openenv/.installed` (or set OPENENV_PYTHON)")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

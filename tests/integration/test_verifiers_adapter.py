@@ -1,6 +1,6 @@
 """Our engine behind verifiers' token-in endpoint, called by the real verifiers 0.4 client (its
 ``renderers.client.generate``, run from its own venv: VERIFIERS_PYTHON, default
-/work/venvs/verifiers/bin/python): the ids and log-probs it parses are exactly what the engine sampled."""
+.venv-verifiers/bin/python, made by make test): the ids and log-probs it parses are exactly what the engine sampled."""
 
 from __future__ import annotations
 
@@ -16,16 +16,15 @@ from grpo_lightning.rollout.engine import Sampling
 from tests.helpers.episodes import FakeEngine, chatml_tokenizer
 
 pytestmark = pytest.mark.slow
-PYTHON = os.environ.get("VERIFIERS_PYTHON", "/work/venvs/verifiers/bin/python")
+ROOT = Path(__file__).resolve().parents[2]
+# verifiers lives in a venv of its own (its pins are not ours), made by `make test` (Makefile).
+PYTHON = os.environ.get("VERIFIERS_PYTHON", str(ROOT / ".venv-verifiers" / "bin" / "python"))
 CLIENT = Path(__file__).resolve().parents[1] / "helpers" / "verifiers_generate_client.py"
 
 
 def test_the_real_verifiers_client_gets_exactly_the_sampled_ids_and_logprobs(tmp_path):
     if not Path(PYTHON).exists():
-        pytest.fail(
-            f"no verifiers venv at {PYTHON}: create it with `python3 -m venv /work/venvs/verifiers && "
-            "/work/venvs/verifiers/bin/pip install verifiers==0.4.0` (or set VERIFIERS_PYTHON)"
-        )
+        pytest.fail(f"no verifiers venv at {PYTHON}: run `make .venv-verifiers/.installed` (or set VERIFIERS_PYTHON)")
     tokenizer = chatml_tokenizer()
     tokenizer.save_pretrained(tmp_path / "tokenizer")
     engine = FakeEngine(len(tokenizer), tokenizer.eos_token_id, eos_rate=0.2)
