@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+from functools import partial
 
 import torch
 
 from grpo_lightning.algorithm.mismatch import mismatch_metrics, mismatch_sums
+from grpo_lightning.algorithm.truncation import Truncation
 from grpo_lightning.config import AlgorithmConfig, ModelConfig, RolloutConfig, VLLMConfig
 from grpo_lightning.micro_batches import frozen_log_probs, micro_batches
 from grpo_lightning.models import load_policy
@@ -31,7 +33,8 @@ from grpo_lightning.rollout.vllm import VLLMEngine
 from grpo_lightning.tasks.arithmetic import arithmetic_records
 
 
-def measure(engine, policy, tokenizer, records, args, top_p: float) -> dict[str, float]:
+def measure(engine, policy, tokenizer, records, args, top_p: float) -> list[dict[str, float]]:
+    """One row without the trainer replaying the engine's top-p filter, and (top-p < 1) one with it."""
     sampling = Sampling.from_config(
         RolloutConfig(max_new_tokens=args.tokens, temperature=args.temperature, top_p=top_p, top_k=0)
     )
@@ -45,10 +48,15 @@ def measure(engine, policy, tokenizer, records, args, top_p: float) -> dict[str,
     )
     rollout = generator.generate(records, step=0, rank=0)
     module = GRPOModule(policy, AlgorithmConfig(beta=0.0))
-    trainer = frozen_log_probs(module.completion_log_probs, policy, rollout, list(micro_batches(rollout, 8)))
-    mask = rollout.completion_mask.bool() & trainer.finite
-    m = mismatch_metrics(mismatch_sums(trainer.logp, rollout.engine_logprobs, mask))
-    return {k: round(m[f"mismatch/{k}"], 6) for k in ("k3", "abs_logp_diff_mean", "k1", "is_weight_mean", "tokens")}
+    rows = []
+    for replay in (False, True) if top_p < 1.0 else (False,):
+        score = partial(module.completion_log_probs, truncation=Truncation(0, top_p) if replay else None)
+        trainer = frozen_log_probs(score, policy, rollout, list(micro_batches(rollout, 8)))
+        mask = rollout.completion_mask.bool() & trainer.finite
+        m = mismatch_metrics(mismatch_sums(trainer.logp, rollout.engine_logprobs, mask))
+        keys = ("k3", "abs_logp_diff_mean", "k1", "is_weight_mean", "tokens")
+        rows.append({"replay": replay, **{k: round(m[f"mismatch/{k}"], 6) for k in keys}})
+    return rows
 
 
 def main() -> None:
@@ -74,8 +82,8 @@ def main() -> None:
             engine = VLLMEngine.from_policy(policy, tokenizer, config, seed=0)
         try:
             for top_p in (1.0, 0.9):
-                row = measure(engine, policy, tokenizer, records, args, top_p)
-                print(json.dumps({"model": args.model, "engine": name, "top_p": top_p, **row}), flush=True)
+                for row in measure(engine, policy, tokenizer, records, args, top_p):
+                    print(json.dumps({"model": args.model, "engine": name, "top_p": top_p, **row}), flush=True)
         finally:
             engine.close()
 
