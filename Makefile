@@ -45,20 +45,7 @@ ADAPTER_VENVS := .venv-openenv/.installed .venv-verifiers/.installed
 demo: $(STAMP)
 	$(PY) -m grpo_lightning.train
 
-smollm2-# The environment adapters' tests run the real openenv and verifiers packages, each in a venv of
-# its own (their pins clash with ours): made once, beside .venv.
-ADAPTER_VENVS := .venv-openenv/.installed .venv-verifiers/.installed
-.venv-openenv/.installed:
-	$(PYTHON) -m venv .venv-openenv
-	.venv-openenv/bin/pip install --quiet openenv==0.10.0
-	touch $@
-
-.venv-verifiers/.installed:
-	$(PYTHON) -m venv .venv-verifiers
-	.venv-verifiers/bin/pip install --quiet verifiers==0.4.0
-	touch $@
-
-demo: $(STAMP)
+smollm2-demo: $(STAMP)
 	$(PY) examples/smollm2_reasoning_gym.py --dataset products -- +task.dataset_options.max_digits=1
 
 # --durations=20: the slowest 20 tests, printed at the end, keep the suite's budget visible.
