@@ -302,7 +302,7 @@ def test_the_engine_protocol_and_the_weight_sync_take_records_only():
     assert metrics == {"rollout/sync_seconds": 0.5, "rollout/sync_probe_diff": 0.0} and sync.synced_at_step == 7
     with pytest.raises(WeightSyncError, match="differ from the policy"):
         sync.check(engine, ProbeScores([3], [5], torch.tensor([-1.5])))
-    with pytest.raises(ValueError, match="probe scores"):
+    with pytest.raises(ValueError, match="canary scores"):
         sync.sync(PolicyWeights(tensors.items(), version=8), engine)
 
 
