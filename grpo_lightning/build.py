@@ -298,7 +298,7 @@ def build_run(
         allow_changes=t.resume_allow_changes,
     )
     lg = cfg.logger
-    report = RunReport(t.output_dir, lg.table_every_n_steps, lg.table_rows, health, checkpoints)
+    report = RunReport(t.output_dir, lg.table_every_n_steps, lg.table_rows, health, checkpoints, lg.report_png)
     callbacks += [report, checkpoints]  # the report first: a checkpoint's report includes its step
     logger = build_logger(cfg, logged_config)
     if isinstance(logger, WandbLogger) and cfg.logger.table_every_n_steps > 0:

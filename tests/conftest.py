@@ -124,6 +124,7 @@ def make_config(steps: int, seed: int = 0, **overrides) -> TrainConfig:
     cfg.trainer.max_steps = steps
     cfg.trainer.seed = seed
     cfg.logger.kind = "none"
+    cfg.logger.report_png = False  # the picture has its own tests; drawing it is most of a tiny run
     for dotted, value in overrides.items():
         *path, last = dotted.split(".")
         node = cfg
@@ -194,10 +195,28 @@ def vllm_server():
     engine.close()
 
 
+def _module_fixture_owner(item) -> str | None:
+    """The test module's path when the item uses a module-scoped fixture defined in that module."""
+    info = getattr(item, "_fixtureinfo", None)
+    module = getattr(item, "module", None)
+    if info is None or module is None:
+        return None
+    module_id = item.nodeid.split("::")[0]
+    for defs in info.name2fixturedefs.values():
+        if any(d.scope == "module" and d.baseid == module_id for d in defs):
+            return module_id
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist (``--dist loadgroup``), every test of the session's vLLM engine or server
-    runs on one worker, so each is started once, not once per worker."""
+    runs on one worker, so each is started once, not once per worker; likewise the tests of a
+    module-scoped fixture (a DDP worker run, a built wheel) share one worker and one fixture run."""
     for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
         if {"vllm_session", "vllm_server"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("vllm"))
+        elif not item.get_closest_marker("spread_over_workers") and (owner := _module_fixture_owner(item)):
+            item.add_marker(pytest.mark.xdist_group(owner))

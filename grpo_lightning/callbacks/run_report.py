@@ -48,12 +48,14 @@ class RunReport(L.Callback):
         max_rows: int = 16,
         health=None,
         checkpoints=None,
+        draw: bool = True,
     ):
         self.output_dir = Path(output_dir)
         self.every_n_steps = every_n_steps
         self.max_rows = max_rows
         self.health = health  # the HealthMonitor, for its alerts (None: no health checks)
         self.checkpoints = checkpoints  # RunCheckpoints, for where the checkpoints and hf/ exports are
+        self.draw = draw  # report.png (logger.report_png); summary.json is written either way
         self.history: list[dict] = []  # one row per generation batch: step and the KEPT metrics
         self.validations: list[dict] = []  # one row per held-out evaluation
         self.earlier_seconds = 0.0  # wall time of the run before a resume
@@ -150,7 +152,7 @@ class RunReport(L.Callback):
         tmp.replace(self.output_dir / SUMMARY)
         title = f"{self.output_dir}   |   {summary['steps']} steps, {summary['wall_seconds']:.0f} s, {status}"
         alerts = summary["alerts"]
-        if self.history:
+        if self.history and self.draw:
             draw_report(self.output_dir / REPORT, self.history, self.validations, alerts, title)
         return summary
 
@@ -187,7 +189,8 @@ class RunReport(L.Callback):
     def outputs(self, trainer: L.Trainer) -> dict[str, str]:
         """Where this run's outputs are, in the order the console lists them."""
         out = self.output_dir
-        places = {"report": out / REPORT, "summary": out / SUMMARY}
+        places = {"report": out / REPORT} if self.draw else {}
+        places["summary"] = out / SUMMARY
         if self.samples_written or (out / SAMPLES).exists():
             places["samples"] = out / SAMPLES
         if (out / "hf" / "final").is_dir():

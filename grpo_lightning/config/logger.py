@@ -21,6 +21,9 @@ class LoggerConfig(Schema):
     table_rows: int = option(
         16, "Rows of each completions sample (the first groups of the batch), in wandb and completions.jsonl."
     )
+    report_png: bool = option(
+        True, "Draw report.png (the run's curves in one picture) at checkpoints and at the end; summary.json is kept."
+    )
     run_name: Optional[str] = option(None, "wandb run name; null lets wandb pick.")
     offline: Optional[bool] = option(
         None, "Force wandb offline (true) or online (false); null: offline unless WANDB_API_KEY is set."

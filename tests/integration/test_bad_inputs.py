@@ -25,6 +25,9 @@ from grpo_lightning.errors import ConfigError, DataError
 from grpo_lightning.models import memory, source
 from grpo_lightning.rewards.columns import required_columns
 
+# Its module fixture only writes small files: the cases may run on every xdist worker.
+pytestmark = pytest.mark.spread_over_workers
+
 FAIL_FAST_S = 10.0
 # Every case fails before training; reaching fit means the input was not caught.
 BASE = ("logger=none", "trainer.max_steps=2")

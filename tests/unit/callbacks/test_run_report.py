@@ -63,6 +63,17 @@ def test_summary_picks_best_and_final_values_and_places_alerts_at_their_optimize
     assert [line.split()[0] for line in output_lines(summary)] == ["report", "summary"]
 
 
+def test_report_png_off_writes_the_summary_and_neither_draws_nor_lists_the_picture(tmp_path, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(run_report, "draw_report", lambda *args: drawn.append(args))
+    report = RunReport(tmp_path, draw=False)
+    report.history = history(3)
+    summary = report.write(fake_trainer(3), "finished")
+    assert drawn == [] and not (tmp_path / "report.png").exists()
+    assert json.loads((tmp_path / "summary.json").read_text())["steps"] == summary["steps"]
+    assert [line.split()[0] for line in output_lines(summary)] == ["summary"]
+
+
 def test_samples_are_appended_as_json_lines_with_each_functions_score(tmp_path):
     n = 4
     rollout = RolloutBatch(
