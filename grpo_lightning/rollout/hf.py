@@ -1,11 +1,12 @@
 """Rollouts with the policy's own Hugging Face model, each sample from its own seeded stream.
 
-Three decoders draw the same tokens from the same streams: ``loop`` is a bare KV-cache loop
+Four decoders draw the same tokens from the same streams: ``loop`` is a bare KV-cache loop
 (prefill, then one forward per token, stopping when every sample has ended); ``fused`` (the
 default) is that loop with the model's forward replaced by a fused prefill and one-token step
 over the model's own weights for Llama-family models (:mod:`grpo_lightning.rollout.fused_decode`;
-other models keep the forward); ``generate`` goes through ``model.generate`` with the draw
-made in a logits processor. On small models ``generate``'s per-token bookkeeping costs as much
+other models keep the forward); ``graph`` is the fused loop with a fixed-shape step, replayed
+as one CUDA graph per token on a GPU, in any dtype (:mod:`grpo_lightning.rollout.graph_decode`);
+``generate`` goes through ``model.generate`` with the draw made in a logits processor. On small models ``generate``'s per-token bookkeeping costs as much
 as the model itself: on the tiny policy the loop takes about half of ``generate``'s time per
 rollout, and the fused decoder under half of the loop's. A sharded policy (FSDP) always uses
 ``generate``, whose ``synced_gpus`` keeps ranks stepping together.
@@ -25,7 +26,8 @@ from grpo_lightning.models.compile import eager_generation
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.sharding import is_sharded
 from grpo_lightning.rollout.engine import ENGINES, Completion, EngineBase, GenerationRequest, Sampling
-from grpo_lightning.rollout.fused_decode import FUSED_CHECK_ATOL, FusedDecoder, FusedWeights, fused_decode_support
+from grpo_lightning.rollout.fused_decode import FusedDecoder, FusedWeights, fused_decode_support
+from grpo_lightning.rollout.graph_decode import GraphDecoder, check_tolerance, graph_decode_support
 from grpo_lightning.rollout.sampler import SeededSampler
 
 
@@ -104,13 +106,14 @@ class _CheckedDecoder:
         return got if agree else want
 
     def _agree(self, got: torch.Tensor, want: torch.Tensor, where: str) -> bool:
-        difference = float((got - want).abs().max())
-        if difference <= FUSED_CHECK_ATOL:
+        difference, tolerance = float((got.float() - want.float()).abs().max()), check_tolerance(want)
+        if difference <= tolerance:
             return True
         self.engine.fused_checked, self.active = False, self.forward
         warnings.warn(
-            f"rollout.hf_decoder=fused: the fused decoder's {where} logits of {type(self.engine.model).__name__} "
-            f"differ from its forward's by {difference:.2e} (more than {FUSED_CHECK_ATOL}); decoding with the "
+            f"rollout.hf_decoder={self.engine.decoder}: the fused decoder's {where} logits of "
+            f"{type(self.engine.model).__name__} differ from its forward's by {difference:.2e} (more than "
+            f"{tolerance:.2g}); decoding with the "
             "model's forward from now on (rollout.hf_decoder=loop skips this check)",
             stacklevel=3,
         )
@@ -169,7 +172,7 @@ class HFEngine(EngineBase):
         )
 
     def _generate_chunk(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:
-        if self.decoder in ("loop", "fused") and not is_sharded(self.model):
+        if self.decoder in ("loop", "fused", "graph") and not is_sharded(self.model):
             return self._decode_chunk(requests, sampling)
         device = next(self.model.parameters()).device
         prompt_ids, prompt_mask = RolloutBatch.pad_prompts([r.prompt_ids for r in requests], self.pad_token_id)
@@ -221,16 +224,20 @@ class HFEngine(EngineBase):
         """The loop's decoder for left-padded prompts ``mask`` and up to ``max_steps`` steps after the
         prefill: the model's forward, or (``decoder=fused``, where :func:`fused_decode_support`
         allows it) the fused decoder, checked against the forward on its first rollout."""
-        if self.decoder != "fused" or self.fused_checked is False:
+        if self.decoder not in ("fused", "graph") or self.fused_checked is False:
             return _ForwardDecoder(self.model, mask)
-        unsupported = fused_decode_support(self.model, mask.shape[1] + max_steps)
+        support = graph_decode_support if self.decoder == "graph" else fused_decode_support
+        unsupported = support(self.model, mask.shape[1] + max_steps)
         if unsupported is not None:
-            rank_zero_info(f"rollout.hf_decoder=fused: decoding with the model's forward instead: {unsupported}")
+            rank_zero_info(
+                f"rollout.hf_decoder={self.decoder}: decoding with the model's forward instead: {unsupported}"
+            )
             self.fused_checked = False
             return _ForwardDecoder(self.model, mask)
         if self._fused_weights is None:  # once per generate call: every chunk decodes with the same weights
             self._fused_weights = FusedWeights(self.model)
-        fused = FusedDecoder(self.model, mask, max_steps, self._fused_weights)
+        decoder = GraphDecoder if self.decoder == "graph" else FusedDecoder
+        fused = decoder(self.model, mask, max_steps, self._fused_weights)
         return fused if self.fused_checked else _CheckedDecoder(self, fused, _ForwardDecoder(self.model, mask))
 
     def _completions(self, new_tokens: torch.Tensor, step_logprobs: torch.Tensor) -> list[Completion]:
