@@ -124,6 +124,11 @@ class HFEngine(EngineBase):
     """Generates with the policy itself (colocated: no weight sync is ever needed, so
     ``owns_weights`` is False and every completion's weight version is None: the live policy)."""
 
+    # On a GPU the decode loop asks whether every row has ended only every this many tokens:
+    # each question waits for the GPU, which then idles while the host launches the next token's
+    # work. Rows that ended decode padding meanwhile; the completions are the same.
+    cuda_check_every = 16
+
     def __init__(
         self,
         model: PreTrainedModel,
@@ -207,18 +212,23 @@ class HFEngine(EngineBase):
         logits = decoder.prefill(prompt_ids)
         ended = torch.zeros(len(requests), dtype=torch.bool, device=device)
         tokens, logprobs = [], []
+        check_every = self.check_every(device)
         for step in range(sampling.max_new_tokens):
             token, logp = sampler.draw(logits)
             token = torch.where(ended, self.pad_token_id, token)  # as generate pads ended rows
             tokens.append(token)
-            logprobs.append(logp.cpu())
+            logprobs.append(logp)
             ended |= token == self.eos_token_id
             progress.update()
-            if step == sampling.max_new_tokens - 1 or bool(ended.all()):
+            if step == sampling.max_new_tokens - 1 or ((step + 1) % check_every == 0 and bool(ended.all())):
                 break
             logits = decoder.step(token)
         progress.close()
-        return self._completions(torch.stack(tokens, dim=1).cpu(), torch.stack(logprobs, dim=1))
+        return self._completions(torch.stack(tokens, dim=1).cpu(), torch.stack(logprobs, dim=1).cpu())
+
+    def check_every(self, device: torch.device) -> int:
+        """Tokens between the loop's checks for ended rows on ``device`` (1 on a CPU: no idle GPU)."""
+        return self.cuda_check_every if device.type == "cuda" else 1
 
     def _decoder(self, mask: torch.Tensor, max_steps: int):
         """The loop's decoder for left-padded prompts ``mask`` and up to ``max_steps`` steps after the

@@ -140,3 +140,27 @@ def test_the_recorded_graph_replays_the_static_step(dtype):
             got, want = graph.step(tokens).clone(), static.step(tokens)
             torch.testing.assert_close(got, want, rtol=0, atol=1e-5 if dtype == torch.float32 else 0.05)
     assert graph.graph is not None
+
+
+def test_checking_for_ended_rows_less_often_gives_the_same_completions(policy, tokenizer):
+    """On a GPU the loop checks every ``cuda_check_every`` tokens; here the CPU loop is made to."""
+    sampling = Sampling.from_config(RolloutConfig(max_new_tokens=120, temperature=2.0))
+    batch = requests(tokenizer, random.Random(9), 12)
+    want = HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id, decoder="graph").generate(batch, sampling)
+    assert all(c.finished for c in want)  # every row ends before the budget: the loop stops early
+    longest = max(len(c.token_ids) for c in want)
+    sparse = HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id, decoder="graph")
+    sparse.check_every = lambda device: 7
+    steps = []
+    real_step = StaticDecoder.step
+
+    def counting_step(self, tokens):
+        steps.append(self.taken)
+        return real_step(self, tokens)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(StaticDecoder, "step", counting_step)
+        got = sparse.generate(batch, sampling)
+    assert [c.token_ids for c in got] == [c.token_ids for c in want]
+    assert [c.logprobs for c in got] == [c.logprobs for c in want]
+    assert len(steps) == -(-longest // 7) * 7 - 1  # ran on to the next multiple of 7, no further
