@@ -11,12 +11,19 @@ device. Such a step can be recorded once as a CUDA graph and replayed each token
 launch (:class:`GraphDecoder`); on a CPU it runs the same computation eagerly (for the tests:
 it is slower there than the fused decoder, which reads only the written part of the cache).
 
+With ``model.compile=true`` the step is also compiled (``torch.compile``, inductor) before it is
+recorded: inductor fuses the norms, casts and activations between the matmuls into fewer
+kernels, for one compilation per rollout shape (the first rollouts pay it).
+
 It accepts what the fused layers compute (:func:`layout_support`: Llama-family layouts), in
 any float dtype and at any size. The engine checks the prefill and the first step of its first
 rollout against the model's forward (:func:`check_tolerance`), as for the fused decoder.
 """
 
 from __future__ import annotations
+
+import functools
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -87,9 +94,15 @@ class GraphDecoder(StaticDecoder):
     them before the next step."""
 
     def __init__(
-        self, model: nn.Module, prompt_mask: torch.Tensor, max_steps: int, weights: FusedWeights | None = None
+        self,
+        model: nn.Module,
+        prompt_mask: torch.Tensor,
+        max_steps: int,
+        weights: FusedWeights | None = None,
+        compiled: bool = False,
     ):
         super().__init__(model, prompt_mask, max_steps, weights)
+        self.compiled = compiled  # compile the step (on CUDA) before recording it
         self.graph: torch.cuda.CUDAGraph | None = None
         self._tokens: torch.Tensor | None = None  # the graph's input buffer
         self._logits_out: torch.Tensor | None = None  # the graph's output buffer
@@ -110,14 +123,24 @@ class GraphDecoder(StaticDecoder):
         """Runs the step once on a side stream (cuBLAS picks its kernels and workspaces there, which
         a capture may not), rewinds the counters, then records the step."""
         self._tokens = tokens.clone()
+        step = _compiled_step() if self.compiled else StaticDecoder._static_step
         slot, step_index = self.slot.clone(), self.step_index.clone()
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            self._static_step(self._tokens)  # writes the slot the real step overwrites
+        with torch.cuda.stream(stream), warnings.catch_warnings():
+            # The rotary embedding's complex multiply stays an eager kernel inside the compiled step.
+            warnings.filterwarnings("ignore", message="Torchinductor does not support code generation for complex")
+            step(self, self._tokens)  # compiles if asked; writes the slot the real step overwrites
         torch.cuda.current_stream().wait_stream(stream)
         self.slot.copy_(slot)
         self.step_index.copy_(step_index)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self._logits_out = self._static_step(self._tokens)
+            self._logits_out = step(self, self._tokens)
+
+
+@functools.cache
+def _compiled_step():
+    """One compiled step for every decoder, made at first use (importing dynamo takes a while):
+    a new rollout of the same shapes reuses the compiled code instead of compiling again."""
+    return torch.compile(StaticDecoder._static_step)

@@ -137,10 +137,12 @@ class HFEngine(EngineBase):
         batch_size: int = 64,
         progress_min_tokens: int = 0,
         decoder: str = "fused",
+        compile_decode: bool = False,
     ):
         if decoder not in HF_DECODERS:
             raise ValueError(f"rollout.hf_decoder={decoder!r} is not allowed; choose one of {list(HF_DECODERS)}")
         self.decoder = decoder
+        self.compile_decode = compile_decode  # decoder=graph on CUDA: torch.compile the step too
         # decoder=fused: None until the fused decoder's first prefill and step were compared with
         # the model's forward (or the model found unsupported), then whether it is used.
         self.fused_checked: bool | None = None
@@ -246,8 +248,10 @@ class HFEngine(EngineBase):
             return _ForwardDecoder(self.model, mask)
         if self._fused_weights is None:  # once per generate call: every chunk decodes with the same weights
             self._fused_weights = FusedWeights(self.model)
-        decoder = GraphDecoder if self.decoder == "graph" else FusedDecoder
-        fused = decoder(self.model, mask, max_steps, self._fused_weights)
+        if self.decoder == "graph":
+            fused = GraphDecoder(self.model, mask, max_steps, self._fused_weights, compiled=self.compile_decode)
+        else:
+            fused = FusedDecoder(self.model, mask, max_steps, self._fused_weights)
         return fused if self.fused_checked else _CheckedDecoder(self, fused, _ForwardDecoder(self.model, mask))
 
     def _completions(self, new_tokens: torch.Tensor, step_logprobs: torch.Tensor) -> list[Completion]:
@@ -262,7 +266,8 @@ class HFEngine(EngineBase):
 
 @ENGINES.register("hf")
 def hf_engine(policy, tokenizer, cfg: TrainConfig) -> HFEngine:
-    """The policy samples its own completions (``rollout.hf_decoder``, ``generation_batch_size``)."""
+    """The policy samples its own completions (``rollout.hf_decoder``, ``generation_batch_size``;
+    ``model.compile`` also compiles the ``graph`` decoder's step)."""
     r = cfg.rollout
     return HFEngine(
         policy,
@@ -271,4 +276,5 @@ def hf_engine(policy, tokenizer, cfg: TrainConfig) -> HFEngine:
         r.generation_batch_size,
         progress_min_tokens=r.progress_min_tokens,
         decoder=r.hf_decoder,
+        compile_decode=cfg.model.compile,
     )

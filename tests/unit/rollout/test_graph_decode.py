@@ -11,11 +11,11 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from grpo_lightning.config import RolloutConfig
+from grpo_lightning.config import RolloutConfig, TrainConfig
 from grpo_lightning.rollout import GenerationRequest, HFEngine, Sampling
 from grpo_lightning.rollout.fused_decode import FusedDecoder, FusedWeights, fused_decode_support
 from grpo_lightning.rollout.graph_decode import GraphDecoder, StaticDecoder, graph_decode_support
-from grpo_lightning.rollout.hf import _ForwardDecoder
+from grpo_lightning.rollout.hf import _ForwardDecoder, hf_engine
 
 
 def small_model(rng: random.Random, dtype=torch.float32, device="cpu"):
@@ -164,3 +164,26 @@ def test_checking_for_ended_rows_less_often_gives_the_same_completions(policy, t
     assert [c.token_ids for c in got] == [c.token_ids for c in want]
     assert [c.logprobs for c in got] == [c.logprobs for c in want]
     assert len(steps) == -(-longest // 7) * 7 - 1  # ran on to the next multiple of 7, no further
+
+
+def test_model_compile_also_compiles_the_graph_step(policy, tokenizer):
+    cfg = TrainConfig()
+    cfg.rollout.hf_decoder = "graph"
+    assert hf_engine(policy, tokenizer, cfg).compile_decode is False
+    cfg.model.compile = True
+    assert hf_engine(policy, tokenizer, cfg).compile_decode is True
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_compiled_recorded_step_replays_the_static_step():
+    rng = random.Random(12)
+    model = small_model(rng, dtype=torch.float32, device="cuda")
+    ids, mask = prompts(rng, model.config.vocab_size, 4, device="cuda")
+    weights = FusedWeights(model)
+    graph = GraphDecoder(model, mask, 5, weights, compiled=True)
+    static = StaticDecoder(model, mask, 5, weights)
+    with torch.no_grad():
+        graph.prefill(ids), static.prefill(ids)
+        for _ in range(5):
+            tokens = torch.randint(0, model.config.vocab_size, (ids.shape[0],), device="cuda")
+            torch.testing.assert_close(graph.step(tokens).clone(), static.step(tokens), rtol=1e-4, atol=1e-4)
