@@ -7,7 +7,8 @@ weights: shape is what decides memory and speed. Its tokenizer is built in code:
 per character over 151936 characters, so every id the policy samples decodes.
 
 Each configuration (``--configs``) trains ``--steps`` steps in a fresh process with HF
-``generate`` rollouts and reports, over the steps after ``--warmup``:
+``generate`` rollouts (``*_graph``: ``rollout.hf_decoder=graph``, the fused decoder's step
+replayed as a CUDA graph) and reports, over the steps after ``--warmup``:
 
 - the step time and its breakdown: generation, ``prepare`` (advantages and the reference
   forward), ``accumulate_gradients`` (policy forward and backward), the optimizer step and
@@ -84,6 +85,8 @@ CONFIGS = {
     "full_bf16_mixed": ("float32", "bf16-mixed", 0, "auto", "generate", False),
     "full_bf16_fsdp": ("bfloat16", "32-true", 0, "fsdp", "generate", False),
     "lora_bf16_loop": ("bfloat16", "32-true", 16, "auto", "loop", False),
+    "full_bf16_graph": ("bfloat16", "32-true", 0, "auto", "graph", False),
+    "full_bf16_graph_compile": ("bfloat16", "32-true", 0, "auto", "graph", True),
 }
 H100_BF16_DENSE_TFLOPS = 989.4  # H100 SXM's dense bf16 peak (NVIDIA's datasheet)
 
@@ -406,6 +409,8 @@ def run_config(args, name: str, model_dir: str) -> dict:
         "trained_parameters": trained,
         "total_parameters": sum(p.numel() for p in policy.parameters()),
         "checkpointing_report": module.checkpointing_choice.report() if module.checkpointing_choice else None,
+        # hf_decoder=fused/graph: whether the fused decoder passed its check against the forward (None: not used).
+        "fused_checked": getattr(getattr(module.rollout, "engine", None), "fused_checked", None),
         "profile": profile,
     }
 
@@ -427,6 +432,7 @@ def summarize(result: dict, warmup: int, peak_tflops: float, matmul_tflops: floa
             phase: sum(s[phase] for s in steps) / total
             for phase in ("generate", "prepare_and_reference", "policy_forward_backward", "optimizer", "other")
         },
+        "step_tokens_per_s": statistics.median(s["tokens"] / s["seconds"] for s in steps),
         "generate_tokens_per_s": statistics.median(s["completion_tokens"] / s["generate"] for s in steps),
         "train_s": statistics.median(s["seconds"] - s["generate"] for s in steps),
         "train_tflops": train,

@@ -8,7 +8,7 @@ from typing import Optional
 
 from grpo_lightning.config.base import Schema, check, choice, option
 
-HF_DECODERS = ("fused", "loop", "generate")
+HF_DECODERS = ("fused", "loop", "generate", "graph")
 ROLLOUT_MODES = ("sync", "async")
 OFF_POLICY_ACTIONS = ("drop", "mask")  # what async generation does with samples beyond max_off_policy_steps
 

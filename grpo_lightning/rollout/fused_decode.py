@@ -41,6 +41,26 @@ FUSED_MAX_COPY_BYTES = 64 * 2**20
 
 def fused_decode_support(model: nn.Module, total_length: int) -> str | None:
     """None when :class:`FusedDecoder` computes ``model``'s forward over ``total_length`` positions; else why not."""
+    unsupported = layout_support(model, total_length)
+    if unsupported is not None:
+        return unsupported
+    if any(p.dtype != torch.float32 for p in model.parameters()):
+        return "its weights are not float32"
+    copied = sum(
+        p.weight.numel() * p.weight.element_size()
+        for layer in model.model.layers
+        for p in _projections(layer, fused_only=True)
+    )
+    if copied > FUSED_MAX_COPY_BYTES:
+        return (
+            f"its fused weights would copy {copied / 2**20:.0f} MiB per rollout (more than "
+            f"{FUSED_MAX_COPY_BYTES / 2**20:.0f}): a model this size decodes at its matmuls' speed either way"
+        )
+    return None
+
+
+def layout_support(model: nn.Module, total_length: int) -> str | None:
+    """None when the fused layers compute ``model``'s decoder (any float dtype, any size); else why not."""
     name = type(model).__name__
     if name not in FUSED_ARCHITECTURES:
         return f"{name} is not one of {FUSED_ARCHITECTURES}"
@@ -56,18 +76,6 @@ def fused_decode_support(model: nn.Module, total_length: int) -> str | None:
     for layer in model.model.layers:
         if not all(type(p) is nn.Linear for p in _projections(layer)):
             return "its projections are not plain nn.Linear layers (LoRA adapters, quantized weights)"
-    if any(p.dtype != torch.float32 for p in model.parameters()):
-        return "its weights are not float32"
-    copied = sum(
-        p.weight.numel() * p.weight.element_size()
-        for layer in model.model.layers
-        for p in _projections(layer, fused_only=True)
-    )
-    if copied > FUSED_MAX_COPY_BYTES:
-        return (
-            f"its fused weights would copy {copied / 2**20:.0f} MiB per rollout (more than "
-            f"{FUSED_MAX_COPY_BYTES / 2**20:.0f}): a model this size decodes at its matmuls' speed either way"
-        )
     if torch.is_autocast_enabled(model.device.type):
         return "autocast is on (trainer.precision=*-mixed)"
     return None
@@ -171,22 +179,24 @@ class FusedDecoder:
         self.scaling = weights.head_dim**-0.5
         real = prompt_mask.bool()
         prompt_positions = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)  # [B, P]
-        # Rotations (cos + i sin, the rotary embedding's angles from the model's own module) of the
-        # prompt [B, P, 1, D / 2] and of each row at each step [steps, B, 1, D / 2].
+        # Rotations (cos + i sin, the rotary embedding's angles from the model's own module, in float32
+        # whatever the weights' dtype) of the prompt [B, P, 1, D / 2] and of each row at each step
+        # [steps, B, 1, D / 2].
         steps = prompt_positions[:, -1:].T + torch.arange(1, max(max_steps, 0) + 1, device=real.device)[:, None]
-        self.prompt_rotation = self._rotation(weights.rotary(reference, prompt_positions))
-        self.rotation = self._rotation(weights.rotary(reference, steps))
+        angles_like = torch.empty(0, device=reference.device)  # the rotary module reads its dtype and device
+        self.prompt_rotation = self._rotation(weights.rotary(angles_like, prompt_positions))
+        self.rotation = self._rotation(weights.rotary(angles_like, steps))
         # Prefill bias: causal over the row's real tokens; a padding position
         # sees itself only (its output is never read, and a fully masked row would be NaN).
         causal = torch.ones(prefilled, prefilled, dtype=torch.bool, device=real.device).tril()
         allowed = (causal & real[:, None, :]) | torch.eye(prefilled, dtype=torch.bool, device=real.device)
-        bias = torch.zeros(allowed.shape, device=real.device).masked_fill_(~allowed, float("-inf"))
+        bias = reference.new_zeros(allowed.shape).masked_fill_(~allowed, float("-inf"))
         kv_heads, groups = weights.kv_heads, weights.heads // weights.kv_heads
         # Both biases per (row, key/value head), as _layer's batched matmuls see them: the prefill's
         # [B x kv_heads, groups x P, P] (its query rows); the decode's [B x kv_heads, 1, length] over
         # the cache, -inf on padding and on slots not yet written.
         self.prompt_bias = bias.repeat(1, groups, 1).repeat_interleave(kv_heads, dim=0)
-        decode_bias = torch.full((batch, length), float("-inf"), device=real.device)
+        decode_bias = reference.new_full((batch, length), float("-inf"))
         decode_bias[:, :prefilled].masked_fill_(real, 0.0)
         self.bias = decode_bias.repeat_interleave(kv_heads, dim=0)[:, None]
         self.prefilled, self.written, self.max_steps = prefilled, prefilled, max_steps
@@ -197,27 +207,34 @@ class FusedDecoder:
         half = cos.shape[-1] // 2
         return torch.complex(cos[..., :half], sin[..., :half])[:, :, None]
 
-    def _layer(self, index: int, hidden: torch.Tensor, rotation: torch.Tensor, slots: slice, bias) -> torch.Tensor:
+    def _layer(self, index: int, hidden: torch.Tensor, rotation: torch.Tensor, slots, bias) -> torch.Tensor:
         """hidden [B, n, hidden] through decoder layer ``index``: its keys and values go to cache
-        ``slots`` (n of them), its queries attend to the cache up to their end."""
+        ``slots`` (n of them: a slice, or a device tensor of slot indices), its queries attend to
+        the cache up to their end (the whole cache for a tensor)."""
         w, keys, values = self.weights.layers[index], self.keys[index], self.values[index]
         heads, kv_heads, head_dim = self.weights.heads, w.kv_heads, w.head_dim
         batch, n = hidden.shape[:2]
         groups = heads // kv_heads
         qk, v = F.linear(_rms_norm(hidden, w.input_norm), w.qkv_weight, w.qkv_bias).split(w.split, -1)
-        # [B, n, heads + kv_heads, D]: the rotary embedding, each adjacent pair times cos + i sin.
-        pairs = torch.view_as_complex(qk.view(batch, n, -1, head_dim // 2, 2))
-        qk = torch.view_as_real(pairs * rotation).view(batch, n, -1, head_dim)
-        keys[:, :, slots] = qk[:, :, heads:].transpose(1, 2)
-        values[:, :, slots] = v.view(batch, n, kv_heads, head_dim).transpose(1, 2)
+        # [B, n, heads + kv_heads, D]: the rotary embedding, each adjacent pair times cos + i sin
+        # (in float32: there is no 16-bit complex type for bfloat16).
+        pairs = torch.view_as_complex(qk.float().view(batch, n, -1, head_dim // 2, 2))
+        qk = torch.view_as_real(pairs * rotation).view(batch, n, -1, head_dim).to(v.dtype)
+        k, v = qk[:, :, heads:].transpose(1, 2), v.view(batch, n, kv_heads, head_dim).transpose(1, 2)
+        if isinstance(slots, slice):
+            keys[:, :, slots], values[:, :, slots], end = k, v, slots.stop
+        else:  # a device tensor of slots (a static step): attend over the whole cache, the bias masks it
+            keys.index_copy_(2, slots, k), values.index_copy_(2, slots, v)
+            end = keys.shape[2]
         # [B x kv_heads, groups x n, D]: the query heads that share a key/value head as rows of one
         # matrix, so that the cache is read in place (a broadcast over groups would copy it).
         q = qk[:, :, :heads].view(batch, n, kv_heads, groups, head_dim).permute(0, 2, 3, 1, 4)
         q = q.reshape(batch * kv_heads, groups * n, head_dim)
-        keys = keys[:, :, : slots.stop].reshape(batch * kv_heads, slots.stop, head_dim)  # views of the cache
-        values = values[:, :, : slots.stop].reshape(batch * kv_heads, slots.stop, head_dim)
+        keys = keys[:, :, :end].reshape(batch * kv_heads, end, head_dim)  # views of the cache
+        values = values[:, :, :end].reshape(batch * kv_heads, end, head_dim)
         scores = torch.baddbmm(bias, q, keys.transpose(1, 2), alpha=self.scaling)  # [B x kv_heads, groups x n, slots]
-        attended = torch.bmm(torch.softmax(scores, dim=-1), values).view(batch, kv_heads, groups, n, head_dim)
+        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
+        attended = torch.bmm(weights, values).view(batch, kv_heads, groups, n, head_dim)
         hidden = _plus_linear(hidden, attended.permute(0, 3, 1, 2, 4).reshape(batch, n, -1), w.o_proj)
         gate, up = F.linear(_rms_norm(hidden, w.post_norm), w.gate_up_weight, w.gate_up_bias).chunk(2, -1)
         return _plus_linear(hidden, F.silu(gate) * up, w.down_proj)

@@ -1,11 +1,12 @@
 """Rollouts with the policy's own Hugging Face model, each sample from its own seeded stream.
 
-Three decoders draw the same tokens from the same streams: ``loop`` is a bare KV-cache loop
+Four decoders draw the same tokens from the same streams: ``loop`` is a bare KV-cache loop
 (prefill, then one forward per token, stopping when every sample has ended); ``fused`` (the
 default) is that loop with the model's forward replaced by a fused prefill and one-token step
 over the model's own weights for Llama-family models (:mod:`grpo_lightning.rollout.fused_decode`;
-other models keep the forward); ``generate`` goes through ``model.generate`` with the draw
-made in a logits processor. On small models ``generate``'s per-token bookkeeping costs as much
+other models keep the forward); ``graph`` is the fused loop with a fixed-shape step, replayed
+as one CUDA graph per token on a GPU, in any dtype (:mod:`grpo_lightning.rollout.graph_decode`);
+``generate`` goes through ``model.generate`` with the draw made in a logits processor. On small models ``generate``'s per-token bookkeeping costs as much
 as the model itself: on the tiny policy the loop takes about half of ``generate``'s time per
 rollout, and the fused decoder under half of the loop's. A sharded policy (FSDP) always uses
 ``generate``, whose ``synced_gpus`` keeps ranks stepping together.
@@ -25,7 +26,8 @@ from grpo_lightning.models.compile import eager_generation
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.sharding import is_sharded
 from grpo_lightning.rollout.engine import ENGINES, Completion, EngineBase, GenerationRequest, Sampling
-from grpo_lightning.rollout.fused_decode import FUSED_CHECK_ATOL, FusedDecoder, FusedWeights, fused_decode_support
+from grpo_lightning.rollout.fused_decode import FusedDecoder, FusedWeights, fused_decode_support
+from grpo_lightning.rollout.graph_decode import GraphDecoder, check_tolerance, graph_decode_support
 from grpo_lightning.rollout.sampler import SeededSampler
 
 
@@ -104,13 +106,14 @@ class _CheckedDecoder:
         return got if agree else want
 
     def _agree(self, got: torch.Tensor, want: torch.Tensor, where: str) -> bool:
-        difference = float((got - want).abs().max())
-        if difference <= FUSED_CHECK_ATOL:
+        difference, tolerance = float((got.float() - want.float()).abs().max()), check_tolerance(want)
+        if difference <= tolerance:
             return True
         self.engine.fused_checked, self.active = False, self.forward
         warnings.warn(
-            f"rollout.hf_decoder=fused: the fused decoder's {where} logits of {type(self.engine.model).__name__} "
-            f"differ from its forward's by {difference:.2e} (more than {FUSED_CHECK_ATOL}); decoding with the "
+            f"rollout.hf_decoder={self.engine.decoder}: the fused decoder's {where} logits of "
+            f"{type(self.engine.model).__name__} differ from its forward's by {difference:.2e} (more than "
+            f"{tolerance:.2g}); decoding with the "
             "model's forward from now on (rollout.hf_decoder=loop skips this check)",
             stacklevel=3,
         )
@@ -121,6 +124,11 @@ class HFEngine(EngineBase):
     """Generates with the policy itself (colocated: no weight sync is ever needed, so
     ``owns_weights`` is False and every completion's weight version is None: the live policy)."""
 
+    # On a GPU the decode loop asks whether every row has ended only every this many tokens:
+    # each question waits for the GPU, which then idles while the host launches the next token's
+    # work. Rows that ended decode padding meanwhile; the completions are the same.
+    cuda_check_every = 16
+
     def __init__(
         self,
         model: PreTrainedModel,
@@ -129,10 +137,12 @@ class HFEngine(EngineBase):
         batch_size: int = 64,
         progress_min_tokens: int = 0,
         decoder: str = "fused",
+        compile_decode: bool = False,
     ):
         if decoder not in HF_DECODERS:
             raise ValueError(f"rollout.hf_decoder={decoder!r} is not allowed; choose one of {list(HF_DECODERS)}")
         self.decoder = decoder
+        self.compile_decode = compile_decode  # decoder=graph on CUDA: torch.compile the step too
         # decoder=fused: None until the fused decoder's first prefill and step were compared with
         # the model's forward (or the model found unsupported), then whether it is used.
         self.fused_checked: bool | None = None
@@ -169,7 +179,7 @@ class HFEngine(EngineBase):
         )
 
     def _generate_chunk(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:
-        if self.decoder in ("loop", "fused") and not is_sharded(self.model):
+        if self.decoder in ("loop", "fused", "graph") and not is_sharded(self.model):
             return self._decode_chunk(requests, sampling)
         device = next(self.model.parameters()).device
         prompt_ids, prompt_mask = RolloutBatch.pad_prompts([r.prompt_ids for r in requests], self.pad_token_id)
@@ -204,33 +214,44 @@ class HFEngine(EngineBase):
         logits = decoder.prefill(prompt_ids)
         ended = torch.zeros(len(requests), dtype=torch.bool, device=device)
         tokens, logprobs = [], []
+        check_every = self.check_every(device)
         for step in range(sampling.max_new_tokens):
             token, logp = sampler.draw(logits)
             token = torch.where(ended, self.pad_token_id, token)  # as generate pads ended rows
             tokens.append(token)
-            logprobs.append(logp.cpu())
+            logprobs.append(logp)
             ended |= token == self.eos_token_id
             progress.update()
-            if step == sampling.max_new_tokens - 1 or bool(ended.all()):
+            if step == sampling.max_new_tokens - 1 or ((step + 1) % check_every == 0 and bool(ended.all())):
                 break
             logits = decoder.step(token)
         progress.close()
-        return self._completions(torch.stack(tokens, dim=1).cpu(), torch.stack(logprobs, dim=1))
+        return self._completions(torch.stack(tokens, dim=1).cpu(), torch.stack(logprobs, dim=1).cpu())
+
+    def check_every(self, device: torch.device) -> int:
+        """Tokens between the loop's checks for ended rows on ``device`` (1 on a CPU: no idle GPU)."""
+        return self.cuda_check_every if device.type == "cuda" else 1
 
     def _decoder(self, mask: torch.Tensor, max_steps: int):
         """The loop's decoder for left-padded prompts ``mask`` and up to ``max_steps`` steps after the
         prefill: the model's forward, or (``decoder=fused``, where :func:`fused_decode_support`
         allows it) the fused decoder, checked against the forward on its first rollout."""
-        if self.decoder != "fused" or self.fused_checked is False:
+        if self.decoder not in ("fused", "graph") or self.fused_checked is False:
             return _ForwardDecoder(self.model, mask)
-        unsupported = fused_decode_support(self.model, mask.shape[1] + max_steps)
+        support = graph_decode_support if self.decoder == "graph" else fused_decode_support
+        unsupported = support(self.model, mask.shape[1] + max_steps)
         if unsupported is not None:
-            rank_zero_info(f"rollout.hf_decoder=fused: decoding with the model's forward instead: {unsupported}")
+            rank_zero_info(
+                f"rollout.hf_decoder={self.decoder}: decoding with the model's forward instead: {unsupported}"
+            )
             self.fused_checked = False
             return _ForwardDecoder(self.model, mask)
         if self._fused_weights is None:  # once per generate call: every chunk decodes with the same weights
             self._fused_weights = FusedWeights(self.model)
-        fused = FusedDecoder(self.model, mask, max_steps, self._fused_weights)
+        if self.decoder == "graph":
+            fused = GraphDecoder(self.model, mask, max_steps, self._fused_weights, compiled=self.compile_decode)
+        else:
+            fused = FusedDecoder(self.model, mask, max_steps, self._fused_weights)
         return fused if self.fused_checked else _CheckedDecoder(self, fused, _ForwardDecoder(self.model, mask))
 
     def _completions(self, new_tokens: torch.Tensor, step_logprobs: torch.Tensor) -> list[Completion]:
@@ -245,7 +266,8 @@ class HFEngine(EngineBase):
 
 @ENGINES.register("hf")
 def hf_engine(policy, tokenizer, cfg: TrainConfig) -> HFEngine:
-    """The policy samples its own completions (``rollout.hf_decoder``, ``generation_batch_size``)."""
+    """The policy samples its own completions (``rollout.hf_decoder``, ``generation_batch_size``;
+    ``model.compile`` also compiles the ``graph`` decoder's step)."""
     r = cfg.rollout
     return HFEngine(
         policy,
@@ -254,4 +276,5 @@ def hf_engine(policy, tokenizer, cfg: TrainConfig) -> HFEngine:
         r.generation_batch_size,
         progress_min_tokens=r.progress_min_tokens,
         decoder=r.hf_decoder,
+        compile_decode=cfg.model.compile,
     )
