@@ -7,6 +7,7 @@ import random
 import warnings
 from dataclasses import dataclass
 
+import lightning as L
 import numpy as np
 import pytest
 import torch
@@ -147,6 +148,29 @@ def fit(cfg: TrainConfig, prepare=None) -> Run:
     return run
 
 
+DEFAULT_RUN_STEPS = 250
+
+
+class RewardHistory(L.Callback):
+    """The mean reward of every generation batch, in order."""
+
+    def __init__(self):
+        self.rewards: list[float] = []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.rewards.append(float(module.last_step.rollout.rewards.mean()))
+
+
+@pytest.fixture(scope="session")
+def default_task_run(tmp_path_factory) -> tuple[Run, list[float]]:
+    """The default task trained for DEFAULT_RUN_STEPS steps on the HF engine, once per session: the
+    learning test, the no-false-alarm test and the vLLM-vs-HF comparison all read this one run."""
+    history = RewardHistory()
+    cfg = make_config(DEFAULT_RUN_STEPS, **{"trainer.output_dir": str(tmp_path_factory.mktemp("default_run"))})
+    run = fit(cfg, prepare=lambda r: r.callbacks.append(history))
+    return run, history.rewards
+
+
 @pytest.fixture
 def config_factory():
     return make_config
@@ -210,13 +234,17 @@ def _module_fixture_owner(item) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(items):
-    """Under pytest-xdist (``--dist loadgroup``), every test of the session's vLLM engine or server
-    runs on one worker, so each is started once, not once per worker; likewise the tests of a
+    """Under pytest-xdist (``--dist loadgroup``), the tests of the session's vLLM engine run on one
+    worker and those of its vLLM server on one worker (maybe another), so each is started once, not
+    once per worker; likewise the tests of a
     module-scoped fixture (a DDP worker run, a built wheel) share one worker and one fixture run."""
     for item in items:
         if item.get_closest_marker("xdist_group"):
             continue
-        if {"vllm_session", "vllm_server"} & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("vllm"))
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "vllm_server" in fixtures:
+            item.add_marker(pytest.mark.xdist_group("vllm_server"))
+        elif fixtures & {"vllm_session", "default_task_run"}:  # the vLLM training test reads the HF run
+            item.add_marker(pytest.mark.xdist_group("vllm_engine"))
         elif not item.get_closest_marker("spread_over_workers") and (owner := _module_fixture_owner(item)):
             item.add_marker(pytest.mark.xdist_group(owner))

@@ -1,20 +1,18 @@
-"""No false alarms: the default task trained for 250 steps with every check at its default
-raises no alert; and the 'raise' action stops training with the diagnosis."""
+"""No false alarms: the default task trained for 250 steps (the session's shared run) with every
+check at its default raises no alert; and the 'raise' action stops training with the diagnosis."""
 
 from __future__ import annotations
 
 import pytest
-from conftest import fit, make_config
+from conftest import DEFAULT_RUN_STEPS, fit, make_config
 
 import grpo_lightning.rollout.generator as rollout_module
 from grpo_lightning.health import HealthCheckError
 
-HEALTHY_STEPS = 250
 
-
-def test_default_task_trains_without_a_single_alert():
-    run = fit(make_config(HEALTHY_STEPS))
-    assert run.health.steps == HEALTHY_STEPS
+def test_default_task_trains_without_a_single_alert(default_task_run):
+    run, _ = default_task_run
+    assert run.health.steps == DEFAULT_RUN_STEPS
     assert [a.text for a in run.health.alerts] == []
     metrics = run.health.last_metrics
     assert all(metrics[f"health/alert/{c.name}"] == 0.0 for c in run.health.checks)

@@ -37,9 +37,9 @@ def train_default_task(engine_kind: str, engine=None) -> list[float]:
 
 
 @pytest.mark.slow
-def test_vllm_training_raises_the_reward_like_hf(vllm_session):
+def test_vllm_training_raises_the_reward_like_hf(vllm_session, default_task_run):
     vllm = train_default_task("vllm", engine=vllm_session.engine)
-    hf = train_default_task("hf")
+    hf = default_task_run[1][:STEPS]  # the session's HF run (constant learning rate: its first STEPS steps)
     gains = {}
     for name, rewards in (("vllm", vllm), ("hf", hf)):
         assert len(rewards) == STEPS
