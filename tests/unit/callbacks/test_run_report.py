@@ -95,6 +95,34 @@ def test_samples_are_appended_as_json_lines_with_each_functions_score(tmp_path):
     assert rows[2]["rewards"] == {"exact": None}  # the function did not apply: null, not NaN (invalid JSON)
 
 
+def test_samples_carry_the_log_extra_columns_beside_their_completion(tmp_path):
+    n = 4
+    rollout = RolloutBatch(
+        prompt_ids=torch.ones(n, 1, dtype=torch.long),
+        prompt_mask=torch.ones(n, 1, dtype=torch.long),
+        completion_ids=torch.ones(n, 2, dtype=torch.long),
+        completion_mask=torch.ones(n, 2, dtype=torch.long),
+        rewards=torch.zeros(n),
+        group_size=2,
+        max_new_tokens=2,
+        temperature=1.0,
+        prompts=["p0", "p0", "p1", "p1"],
+        completions=["a", "b", "c", "d"],
+        # what TRL-style rewards gave log_extra: a column per name, one value per completion
+        reward_extra={
+            "parsed": ["a!", "b!", "c!", "d!"],
+            "prompt": ["x0", "x1", "x2", "x3"],
+            "score": [0.5, math.nan, None, 2],
+        },
+    )
+    RunReport(tmp_path, max_rows=4).write_samples(rollout, torch.zeros(n))
+    rows = [json.loads(line) for line in (tmp_path / "completions.jsonl").read_text().splitlines()]
+    assert [r["parsed"] for r in rows] == [r["completion"] + "!" for r in rows]
+    assert [r["prompt"] for r in rows] == ["p0", "p0", "p1", "p1"]  # ours kept; theirs beside it
+    assert [r["log_extra/prompt"] for r in rows] == ["x0", "x1", "x2", "x3"]
+    assert [r["score"] for r in rows] == [0.5, None, None, 2]
+
+
 def test_the_progress_bar_shows_reward_kl_and_the_last_accuracy():
     module = SimpleNamespace(last_metrics={"reward/mean": 0.123456, "kl/mean": 0.001, "train/loss": 3.0})
     trainer = SimpleNamespace(callback_metrics={"val/accuracy": torch.tensor(0.75)})
