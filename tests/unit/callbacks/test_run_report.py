@@ -63,21 +63,28 @@ def test_summary_picks_best_and_final_values_and_places_alerts_at_their_optimize
     assert [line.split()[0] for line in output_lines(summary)] == ["report", "summary"]
 
 
-def test_samples_are_appended_as_json_lines_with_each_functions_score(tmp_path):
+def four_completions(**fields) -> RolloutBatch:
+    """Two prompts x two completions of two tokens each."""
     n = 4
-    rollout = RolloutBatch(
+    return RolloutBatch(
         prompt_ids=torch.ones(n, 1, dtype=torch.long),
         prompt_mask=torch.ones(n, 1, dtype=torch.long),
         completion_ids=torch.ones(n, 2, dtype=torch.long),
         completion_mask=torch.ones(n, 2, dtype=torch.long),
-        rewards=torch.tensor([1.0, 0.0, 0.5, 0.5]),
         group_size=2,
         max_new_tokens=2,
         temperature=1.0,
-        step=3,
-        reward_components={"exact": torch.tensor([1.0, 0.0, math.nan, 1.0])},
         prompts=["p0", "p0", "p1", "p1"],
         completions=["a", "b", "c", "d"],
+        **fields,
+    )
+
+
+def test_samples_are_appended_as_json_lines_with_each_functions_score(tmp_path):
+    rollout = four_completions(
+        rewards=torch.tensor([1.0, 0.0, 0.5, 0.5]),
+        step=3,
+        reward_components={"exact": torch.tensor([1.0, 0.0, math.nan, 1.0])},
     )
     report = RunReport(tmp_path, max_rows=3)
     report.write_samples(rollout, torch.tensor([1.0, -1.0, 0.0, 0.0]))
@@ -96,18 +103,8 @@ def test_samples_are_appended_as_json_lines_with_each_functions_score(tmp_path):
 
 
 def test_samples_carry_the_log_extra_columns_beside_their_completion(tmp_path):
-    n = 4
-    rollout = RolloutBatch(
-        prompt_ids=torch.ones(n, 1, dtype=torch.long),
-        prompt_mask=torch.ones(n, 1, dtype=torch.long),
-        completion_ids=torch.ones(n, 2, dtype=torch.long),
-        completion_mask=torch.ones(n, 2, dtype=torch.long),
-        rewards=torch.zeros(n),
-        group_size=2,
-        max_new_tokens=2,
-        temperature=1.0,
-        prompts=["p0", "p0", "p1", "p1"],
-        completions=["a", "b", "c", "d"],
+    rollout = four_completions(
+        rewards=torch.zeros(4),
         # what TRL-style rewards gave log_extra: a column per name, one value per completion
         reward_extra={
             "parsed": ["a!", "b!", "c!", "d!"],
@@ -115,7 +112,7 @@ def test_samples_carry_the_log_extra_columns_beside_their_completion(tmp_path):
             "score": [0.5, math.nan, None, 2],
         },
     )
-    RunReport(tmp_path, max_rows=4).write_samples(rollout, torch.zeros(n))
+    RunReport(tmp_path, max_rows=4).write_samples(rollout, torch.zeros(4))
     rows = [json.loads(line) for line in (tmp_path / "completions.jsonl").read_text().splitlines()]
     assert [r["parsed"] for r in rows] == [r["completion"] + "!" for r in rows]
     assert [r["prompt"] for r in rows] == ["p0", "p0", "p1", "p1"]  # ours kept; theirs beside it
