@@ -78,6 +78,8 @@ def _checkable(argv: list[str]) -> list[Override] | None:
         o = _parse(text)
         if o is None or not _plain(o) or o.key_or_group in ("plugins", "task.reward_modules"):
             return None  # a flag (--config-dir, -m, --cfg), a sweep or deletion, plug-ins
+        if o.key_or_group.startswith("hydra.searchpath"):
+            return None  # config folders of the user's, with options (tasks) of their own
         parsed.append(o)
     for o in parsed:
         if o.key_or_group in ("task", "task.name") and (
