@@ -30,6 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 from grpo_lightning.config.algorithm import AlgorithmConfig
 from grpo_lightning.config.compose import (
     CONF_DIR,
+    DEFAULT_TASK,
     _parse,
     _plain,
     _unknown_override_keys,
@@ -88,7 +89,17 @@ def _checkable(argv: list[str]) -> list[Override] | None:
             raise ConfigError(problem)
         if o.key_or_group == "task" and str(o.value()) not in _task_files():
             return None  # a task registered in this process without a conf file of its own
+    chosen = [str(o.value()) for o in parsed if o.key_or_group == "task"]
+    if not _only_shared_options(chosen[-1] if chosen else DEFAULT_TASK):
+        return None  # the task's file sets options of its own class (task=mixed: sources)
     return parsed
+
+
+def _only_shared_options(task: str) -> bool:
+    """Whether conf/task/<task>.yaml sets only the options every task has: the stand-in
+    schema below has no others."""
+    keys = set(OmegaConf.load(CONF_DIR / "task" / f"{task}.yaml")) - {"defaults"}
+    return keys <= _names(TaskConfig)
 
 
 def _reward_names(parsed: list[Override], composed: dict[str, float]) -> tuple[list[tuple[str, str]], set[int]]:

@@ -82,6 +82,7 @@ def test_errors_found_early(argv, message):
         ["rollout.num_generations=1", "task.max_operand=3"],
         ["plugins=[my_rewards.py]", "bad.key=1"],  # plug-ins may add anything: the full path judges
         ["task.reward_modules=[my_rewards.py]", "'task.rewards={my_reward: 1.0}'"],
+        ["task=mixed", "algorithm.lr=-1"],  # its file sets sources, an option of its own class
         ["hydra.searchpath=[file:///my/conf]", "task=my_task"],  # a task option of the user's folder
         ["+preset=smollm2_reasoning_gym", "task.dataset=chain_sum"],
         ["task=gsm", "rollout=vllm", "algorithm=dapo", "logger=csv"],
