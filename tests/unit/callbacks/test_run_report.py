@@ -40,6 +40,23 @@ def history(n: int) -> list[dict]:
     ]
 
 
+def four_completions(**fields) -> RolloutBatch:
+    """Two prompts x two completions of two tokens each."""
+    n = 4
+    return RolloutBatch(
+        prompt_ids=torch.ones(n, 1, dtype=torch.long),
+        prompt_mask=torch.ones(n, 1, dtype=torch.long),
+        completion_ids=torch.ones(n, 2, dtype=torch.long),
+        completion_mask=torch.ones(n, 2, dtype=torch.long),
+        group_size=2,
+        max_new_tokens=2,
+        temperature=1.0,
+        prompts=["p0", "p0", "p1", "p1"],
+        completions=["a", "b", "c", "d"],
+        **fields,
+    )
+
+
 def test_summary_picks_best_and_final_values_and_places_alerts_at_their_optimizer_step(tmp_path, monkeypatch):
     drawn = []  # the picture itself is drawn in tests/integration/test_run_outputs.py (matplotlib takes seconds)
     monkeypatch.setattr(run_report, "draw_report", lambda *args: drawn.append(args))
@@ -61,23 +78,6 @@ def test_summary_picks_best_and_final_values_and_places_alerts_at_their_optimize
     path, rows, validations, alerts, _ = drawn[0]
     assert path == tmp_path / "report.png" and rows is report.history and alerts[0]["step"] == 5
     assert [line.split()[0] for line in output_lines(summary)] == ["report", "summary"]
-
-
-def four_completions(**fields) -> RolloutBatch:
-    """Two prompts x two completions of two tokens each."""
-    n = 4
-    return RolloutBatch(
-        prompt_ids=torch.ones(n, 1, dtype=torch.long),
-        prompt_mask=torch.ones(n, 1, dtype=torch.long),
-        completion_ids=torch.ones(n, 2, dtype=torch.long),
-        completion_mask=torch.ones(n, 2, dtype=torch.long),
-        group_size=2,
-        max_new_tokens=2,
-        temperature=1.0,
-        prompts=["p0", "p0", "p1", "p1"],
-        completions=["a", "b", "c", "d"],
-        **fields,
-    )
 
 
 def test_samples_are_appended_as_json_lines_with_each_functions_score(tmp_path):
