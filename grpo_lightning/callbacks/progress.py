@@ -11,7 +11,7 @@ import math
 
 import lightning as L
 from lightning.pytorch.callbacks import TQDMProgressBar
-from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm, convert_inf
 
 # (metric, short name on the bar); val/accuracy comes from the last evaluation.
 SHOWN = (("reward/mean", "reward"), ("kl/mean", "kl"), ("val/accuracy", "acc"))
@@ -27,9 +27,16 @@ class RunProgress(TQDMProgressBar):
     def init_sanity_tqdm(self) -> Tqdm:
         return Tqdm(disable=True)
 
+    @property
+    def train_description(self) -> str:
+        return "train"
+
     def on_train_epoch_start(self, trainer: L.Trainer, *args) -> None:
-        super().on_train_epoch_start(trainer, *args)
-        self.train_progress_bar.set_description("train")
+        # Lightning's own names the bar "Epoch N" here, and each refresh of a bar not on a terminal
+        # is a line of its own: a run is counted in steps, so the bar keeps "train" from the start.
+        if self._leave:
+            self.train_progress_bar = self.init_train_tqdm()
+        self.train_progress_bar.reset(total=convert_inf(self.total_train_batches))
         self.train_progress_bar.initial = 0
 
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, str]:

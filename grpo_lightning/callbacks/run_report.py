@@ -8,7 +8,7 @@ At every checkpoint and when the run ends (the final evaluation included) it wri
   model, checkpoints, metrics and log are (the CLI prints these places as its last lines);
 - ``completions.jsonl``: every ``every_n_steps`` generation batches, sample prompts and
   completions with each reward function's score, the total and the advantage (the wandb
-  completions table's content, appended).
+  completions table's content, appended), with the columns reward functions gave ``log_extra``.
 
 It only observes (global rank zero writes), and keeps its history in the checkpoint, so a
 resumed run's report covers the whole run.
@@ -135,12 +135,16 @@ class RunReport(L.Callback):
     def write_samples(self, rollout, advantages) -> None:
         columns, rows = completion_rows(rollout, advantages, self.max_rows)
         functions = [c for c in columns if c.startswith("reward/")]
+        extra = getattr(rollout, "reward_extra", None) or {}
         self.output_dir.mkdir(parents=True, exist_ok=True)
         with open(self.output_dir / SAMPLES, "a", encoding="utf-8") as handle:
-            for values in rows:
+            for i, values in enumerate(rows):  # row i is completion i of the batch
                 record = dict(zip(columns, values, strict=True))
                 record["rewards"] = {c.split("/", 1)[1]: _clean(record.pop(c)) for c in functions}
-                handle.write(json.dumps({k: _clean(v) for k, v in record.items()}, ensure_ascii=False) + "\n")
+                # TRL's log_extra columns, each beside the completion it describes (prefixed on a clash)
+                record.update({(f"log_extra/{c}" if c in record else c): v[i] for c, v in extra.items()})
+                line = json.dumps({k: _clean(v) for k, v in record.items()}, ensure_ascii=False, default=str)
+                handle.write(line + "\n")
         self.samples_written += len(rows)
 
     def write(self, trainer: L.Trainer, status: str) -> dict:

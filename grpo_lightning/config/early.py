@@ -16,6 +16,7 @@ effect on the schema only importing them shows.
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 
 from hydra import compose as hydra_compose
@@ -29,12 +30,14 @@ from omegaconf.errors import OmegaConfBaseException
 from grpo_lightning.config.algorithm import AlgorithmConfig
 from grpo_lightning.config.compose import (
     CONF_DIR,
+    DEFAULT_TASK,
     _parse,
     _plain,
     _unknown_override_keys,
     schema_paths,
     trl_overrides,
 )
+from grpo_lightning.config.early_names import algorithm_name_problems, name_problem, reward_problem
 from grpo_lightning.config.health import HealthConfig
 from grpo_lightning.config.task import TaskConfig
 from grpo_lightning.config.train import TrainConfig
@@ -45,17 +48,7 @@ PLAIN_GROUPS = ("model", "rollout", "trainer", "logger", "eval")
 # Groups with nodes per registered entry: a key that is no field of theirs is left for later.
 NODE_GROUPS = {"algorithm": AlgorithmConfig, "health": HealthConfig, "task": TaskConfig}
 _LATER_KEYS = ("plugins", "task.reward_modules", "task.name")
-# Fields whose allowed values are registered beside torch code: checked by the full path only.
-REGISTRY_FIELDS = (
-    "algorithm.policy_loss",
-    "algorithm.advantage_estimator",
-    "algorithm.kl_estimator",
-    "algorithm.loss_agg",
-    "algorithm.advantage_scale",
-    "algorithm.is_level",
-    "algorithm.lr_schedule",
-    "rollout.engine",
-)
+REWARDS = "task.rewards"
 
 
 def _names(cls: type) -> set[str]:
@@ -78,16 +71,55 @@ def _task_files() -> set[str]:
 
 
 def _checkable(argv: list[str]) -> list[Override] | None:
-    """The parsed overrides, or None when the command line is for the full path only."""
+    """The parsed overrides, or None when the command line is for the full path only.
+
+    A task name no task has is refused here, as the full path would refuse it first."""
     parsed = []
     for text in argv:
         o = _parse(text)
         if o is None or not _plain(o) or o.key_or_group in ("plugins", "task.reward_modules"):
             return None  # a flag (--config-dir, -m, --cfg), a sweep or deletion, plug-ins
-        if o.key_or_group == "task" and str(o.value()) not in _task_files():
-            return None  # a task of a plug-in, or a typo the registry names best
+        if o.key_or_group.startswith("hydra.searchpath"):
+            return None  # config folders of the user's, with options (tasks) of their own
         parsed.append(o)
+    for o in parsed:
+        if o.key_or_group in ("task", "task.name") and (
+            problem := name_problem("task.name", str(o.value()), o.key_or_group)
+        ):
+            raise ConfigError(problem)
+        if o.key_or_group == "task" and str(o.value()) not in _task_files():
+            return None  # a task registered in this process without a conf file of its own
+    chosen = [str(o.value()) for o in parsed if o.key_or_group == "task"]
+    if not _only_shared_options(chosen[-1] if chosen else DEFAULT_TASK):
+        return None  # the task's file sets options of its own class (task=mixed: sources)
     return parsed
+
+
+def _only_shared_options(task: str) -> bool:
+    """Whether conf/task/<task>.yaml sets only the options every task has: the stand-in
+    schema below has no others."""
+    keys = set(OmegaConf.load(CONF_DIR / "task" / f"{task}.yaml")) - {"defaults"}
+    return keys <= _names(TaskConfig)
+
+
+def _reward_names(parsed: list[Override], composed: dict[str, float]) -> tuple[list[tuple[str, str]], set[int]]:
+    """(field, name) of every reward the command line and the task's file name, and the positions
+    of the ``task.rewards`` overrides fully judged by checking those names (finite weights, no
+    import paths)."""
+    names, judged = dict.fromkeys(composed), set()
+    for i, o in enumerate(parsed):
+        key = o.key_or_group
+        if key == REWARDS and isinstance(o.value(), dict):
+            given = dict(o.value())
+            names = dict.fromkeys(given)
+        elif key.startswith(REWARDS + "."):
+            given = {key[len(REWARDS) + 1 :]: o.value()}
+            names.update(dict.fromkeys(given))
+        else:
+            continue
+        if all(isinstance(w, int | float) and math.isfinite(w) and ":" not in str(n) for n, w in given.items()):
+            judged.add(i)
+    return [(f"{REWARDS}.{name}", str(name)) for name in names], judged
 
 
 def _stand_in_task_schemas() -> None:
@@ -121,9 +153,15 @@ def early_check(argv: list[str], config_name: str = "train") -> None:
         cfg.trainer.output_dir = "."  # ${hydra:runtime.output_dir}: known only under @hydra.main
     built = OmegaConf.to_object(cfg)
     problems = [p for g in PLAIN_GROUPS for p in getattr(built, g).validate(f"{g}.")]
-    problems += built.algorithm.value_problems("algorithm.")
+    named, complete = algorithm_name_problems(built.algorithm)
+    problems += named + built.algorithm.value_problems("algorithm.")
     problems += TrainConfig.check_fields(built, "")
+    rewards, judged = _reward_names(parsed, built.task.rewards)
+    if built.task.correctness_reward is not None:
+        rewards.append(("task.correctness_reward", built.task.correctness_reward))
+    problems += [problem for field, name in rewards if (problem := reward_problem(name, field)) is not None]
+    problems += [problem for problem in [name_problem("rollout.engine", built.rollout.engine)] if problem]
     # Every problem in one message: when the full path has more to judge, it lists them all.
-    judged_all = len(kept) == len(parsed) and not any(o.key_or_group in REGISTRY_FIELDS for o in kept)
+    judged_all = complete and all(o in kept or i in judged for i, o in enumerate(parsed))
     if problems and judged_all:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))

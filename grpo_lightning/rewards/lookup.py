@@ -19,8 +19,9 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 
+from grpo_lightning.config.early_names import reward_not_found
 from grpo_lightning.errors import ConfigError, PluginError
-from grpo_lightning.registry import closest, plugin_module
+from grpo_lightning.registry import plugin_module
 from grpo_lightning.rewards.registry import REWARD_FUNCTIONS
 
 MODULES_FIELD = "task.reward_modules"
@@ -91,17 +92,7 @@ def find_reward(name: str, modules: Sequence[str] = (), field: str | None = None
 def not_found_message(name: str, modules: Sequence[str], field: str) -> str:
     """No such reward: the closest name, the callables each module has, the registered names, the fix."""
     in_modules = {entry: callables_of(_entry_module(entry, MODULES_FIELD)) for entry in modules}
-    choices = [n for names in in_modules.values() for n in names] + list(REWARD_FUNCTIONS.names)
-    hint = closest(name, choices)
-    found = "".join(f" Callables in {entry}: {names}." for entry, names in in_modules.items())
-    return (
-        f"{field}={name!r} is not a registered reward function"
-        + (" nor a top-level callable of task.reward_modules / plugins" if modules else "")
-        + (f"; did you mean {hint!r}?" if hint else ".")
-        + found
-        + f" Registered: {sorted(REWARD_FUNCTIONS.names)}. A plain function works once its file is in "
-        "task.reward_modules=[my_rewards.py], or name it by import path ('pkg.module:function')"
-    )
+    return reward_not_found(name, field, REWARD_FUNCTIONS.names, in_modules)
 
 
 def module_address(name: str, fn: Callable, modules: Sequence[str] = ()) -> tuple[str, str | None, str] | None:

@@ -12,7 +12,10 @@ Scenarios:
   loss on one rank: every rank must skip that step together, and none may hang);
 - ``fsdp``: the healthy run with ``trainer.strategy=fsdp`` (FSDP2 through Lightning's
   ModelParallelStrategy): the same prompts and seeds, so it must end with the weights of ``healthy``;
-- ``fsdp_lora``: ``fsdp`` with LoRA adapters (rank 8) and the KL term on.
+- ``fsdp_lora``: ``fsdp`` with LoRA adapters (rank 8) and the KL term on;
+- ``trl_rewards``: task=dataset on OUT_DIR/sums.jsonl scored by the TRL-style rewards of
+  trl_style_rewards.py (each asserts that every column value belongs to its prompt), with
+  dynamic sampling: a misaligned column fails the run.
 """
 
 from __future__ import annotations
@@ -31,7 +34,11 @@ from grpo_lightning.build import build_run
 from grpo_lightning.config import TrainConfig
 from grpo_lightning.data import PromptDataModule
 from grpo_lightning.data.sampler import PromptSampler
+from grpo_lightning.registry import plugin_module
 from grpo_lightning.rollout.seeding import group_seeds
+from grpo_lightning.tasks.dataset import DatasetTaskConfig
+
+TRL_FILE = str(Path(__file__).resolve().parent / "trl_style_rewards.py")
 
 SEEDS_USED: list[list[int]] = []
 
@@ -109,6 +116,14 @@ def main(scenario: str, out_dir: str, steps: int) -> None:
         cfg.algorithm.logprob_chunk_mb = 0.01  # several output-head chunks per micro-batch
     if scenario == "fsdp_lora":
         cfg.model.lora.rank = 8
+    if scenario == "trl_rewards":
+        names = plugin_module(TRL_FILE, "task.reward_modules").ALL
+        path = str(Path(out_dir, "sums.jsonl"))
+        cfg.task = DatasetTaskConfig(path=path, reward_modules=[TRL_FILE], rewards=dict.fromkeys(names, 1.0))
+        cfg.task.correctness_reward, cfg.task.val_fraction = "accuracy", 0.0
+        cfg.rollout.prompts_per_step, cfg.rollout.num_generations, cfg.rollout.max_new_tokens = 2, 4, 4
+        cfg.rollout.dynamic_sampling = True
+        cfg.eval.before_training = False
     run = build_run(cfg)
     if scenario in ("f2_fault", "f2_twin"):
         dm = run.datamodule
@@ -158,6 +173,7 @@ def main(scenario: str, out_dir: str, steps: int) -> None:
             sum(full(p).abs().sum() for n, p in run.module.policy.named_parameters() if "lora_B" in n)
         ),
         "strategy": type(trainer.strategy).__name__,
+        "reward_calls": dict(plugin_module(TRL_FILE, "task.reward_modules").CALLS) if scenario == "trl_rewards" else {},
     }
     Path(out_dir, f"rank_{trainer.global_rank}.json").write_text(json.dumps(report))
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_worker
 
 from grpo_lightning import train
 from grpo_lightning.build import build_run
@@ -20,7 +21,8 @@ from grpo_lightning.tasks.dataset import DatasetTaskConfig
 
 pytestmark = pytest.mark.slow
 
-TRL_FILE = str(Path(__file__).resolve().parents[1] / "helpers" / "trl_style_rewards.py")
+HELPERS = Path(__file__).resolve().parents[1] / "helpers"
+TRL_FILE = str(HELPERS / "trl_style_rewards.py")
 WEIGHTS = {
     "reward_len": 0.1,
     "format_reward": 1.0,
@@ -94,3 +96,21 @@ def test_trl_style_rewards_train_from_python(tmp_path):
     assert metrics["reward/accuracy_calls"] == 1.0  # log_metric from inside the reward
     after = calls()
     assert all(after.get(name, 0) >= before.get(name, 0) + 2 for name in WEIGHTS if name != "overlong"), after
+
+
+def test_trl_style_rewards_see_aligned_columns_on_two_ddp_ranks(tmp_path):
+    """2 steps on 2 gloo ranks with dynamic sampling: each rank scores its own shard of the prompts,
+    repeated per group, and every reward asserts that each column value is its prompt's (a
+    misaligned one fails the run). completions.jsonl has accuracy's log_extra column, each value
+    beside its completion: the sum its prompt asks for."""
+    write_data(tmp_path)
+    worker = HELPERS / "ddp_fit_worker.py"
+    run_worker([sys.executable, str(worker), "trl_rewards", str(tmp_path), "2"], 300, "DDP with TRL-style rewards")
+    reports = [json.loads((tmp_path / f"rank_{r}.json").read_text()) for r in range(2)]
+    for report in reports:
+        assert report["global_step"] == 2 and report["world_size"] == 2
+        assert all(report["reward_calls"].get(name, 0) >= 2 for name in WEIGHTS if name != "overlong"), report
+    shown = {p for report in reports for step in report["prompts"] for p in step}
+    assert len(shown) >= 4  # the ranks scored different prompts
+    rows = [json.loads(line) for line in (tmp_path / "completions.jsonl").read_text().splitlines()]
+    assert rows and all(r["expected"] == str(sum(map(int, r["prompt"].rstrip("=").split("+")))) for r in rows)

@@ -40,6 +40,23 @@ def history(n: int) -> list[dict]:
     ]
 
 
+def four_completions(**fields) -> RolloutBatch:
+    """Two prompts x two completions of two tokens each."""
+    n = 4
+    return RolloutBatch(
+        prompt_ids=torch.ones(n, 1, dtype=torch.long),
+        prompt_mask=torch.ones(n, 1, dtype=torch.long),
+        completion_ids=torch.ones(n, 2, dtype=torch.long),
+        completion_mask=torch.ones(n, 2, dtype=torch.long),
+        group_size=2,
+        max_new_tokens=2,
+        temperature=1.0,
+        prompts=["p0", "p0", "p1", "p1"],
+        completions=["a", "b", "c", "d"],
+        **fields,
+    )
+
+
 def test_summary_picks_best_and_final_values_and_places_alerts_at_their_optimizer_step(tmp_path, monkeypatch):
     drawn = []  # the picture itself is drawn in tests/integration/test_run_outputs.py (matplotlib takes seconds)
     monkeypatch.setattr(run_report, "draw_report", lambda *args: drawn.append(args))
@@ -75,20 +92,10 @@ def test_report_png_off_writes_the_summary_and_neither_draws_nor_lists_the_pictu
 
 
 def test_samples_are_appended_as_json_lines_with_each_functions_score(tmp_path):
-    n = 4
-    rollout = RolloutBatch(
-        prompt_ids=torch.ones(n, 1, dtype=torch.long),
-        prompt_mask=torch.ones(n, 1, dtype=torch.long),
-        completion_ids=torch.ones(n, 2, dtype=torch.long),
-        completion_mask=torch.ones(n, 2, dtype=torch.long),
+    rollout = four_completions(
         rewards=torch.tensor([1.0, 0.0, 0.5, 0.5]),
-        group_size=2,
-        max_new_tokens=2,
-        temperature=1.0,
         step=3,
         reward_components={"exact": torch.tensor([1.0, 0.0, math.nan, 1.0])},
-        prompts=["p0", "p0", "p1", "p1"],
-        completions=["a", "b", "c", "d"],
     )
     report = RunReport(tmp_path, max_rows=3)
     report.write_samples(rollout, torch.tensor([1.0, -1.0, 0.0, 0.0]))
@@ -104,6 +111,24 @@ def test_samples_are_appended_as_json_lines_with_each_functions_score(tmp_path):
         "rewards": {"exact": 1.0},
     }
     assert rows[2]["rewards"] == {"exact": None}  # the function did not apply: null, not NaN (invalid JSON)
+
+
+def test_samples_carry_the_log_extra_columns_beside_their_completion(tmp_path):
+    rollout = four_completions(
+        rewards=torch.zeros(4),
+        # what TRL-style rewards gave log_extra: a column per name, one value per completion
+        reward_extra={
+            "parsed": ["a!", "b!", "c!", "d!"],
+            "prompt": ["x0", "x1", "x2", "x3"],
+            "score": [0.5, math.nan, None, 2],
+        },
+    )
+    RunReport(tmp_path, max_rows=4).write_samples(rollout, torch.zeros(4))
+    rows = [json.loads(line) for line in (tmp_path / "completions.jsonl").read_text().splitlines()]
+    assert [r["parsed"] for r in rows] == [r["completion"] + "!" for r in rows]
+    assert [r["prompt"] for r in rows] == ["p0", "p0", "p1", "p1"]  # ours kept; theirs beside it
+    assert [r["log_extra/prompt"] for r in rows] == ["x0", "x1", "x2", "x3"]
+    assert [r["score"] for r in rows] == [0.5, None, None, 2]
 
 
 def test_the_progress_bar_shows_reward_kl_and_the_last_accuracy():
