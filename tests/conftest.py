@@ -194,6 +194,33 @@ def run_worker(command: list[str], timeout: float, what: str) -> None:
     assert worker.returncode == 0, stderr[-3000:]
 
 
+# Every Lightning DDP scenario of the suite (tests/helpers/ddp_fit_worker.py) and its steps.
+DDP_SCENARIOS = {
+    "healthy": 4,
+    "fsdp": 4,
+    "fsdp_lora": 3,
+    "f2_fault": 3,
+    "nan_one_rank": 4,
+    "f2_twin": 4,
+    "trl_rewards": 2,
+}
+
+
+@pytest.fixture(scope="session")
+def ddp_fits(tmp_path_factory):
+    """Run every DDP scenario in one 2-process launch; ``ddp_fits(name)`` is its folder (rank_0.json,
+    rank_1.json and the run's outputs)."""
+    import sys
+    from pathlib import Path
+
+    out = tmp_path_factory.mktemp("ddp_fits")
+    worker = Path(__file__).resolve().parent / "helpers" / "ddp_fit_worker.py"
+    specs = [f"{name}:{steps}" for name, steps in DDP_SCENARIOS.items()]
+    # Its own session, so a hung run's rank processes can all be killed (Lightning starts rank 1).
+    run_worker([sys.executable, str(worker), str(out), *specs], 900, "the DDP scenarios")
+    return lambda name: out / name
+
+
 def free_port() -> int:
     import socket
 
@@ -244,6 +271,8 @@ def pytest_collection_modifyitems(items):
         fixtures = set(getattr(item, "fixturenames", ()))
         if "vllm_server" in fixtures:
             item.add_marker(pytest.mark.xdist_group("vllm_server"))
+        elif "ddp_fits" in fixtures:
+            item.add_marker(pytest.mark.xdist_group("ddp_fits"))
         elif fixtures & {"vllm_session", "default_task_run"}:  # the vLLM training test reads the HF run
             item.add_marker(pytest.mark.xdist_group("vllm_engine"))
         elif not item.get_closest_marker("spread_over_workers") and (owner := _module_fixture_owner(item)):

@@ -1,8 +1,10 @@
-"""Worker for test_ddp_lightning.py: a real Lightning DDP fit on CPU (gloo, 2 processes).
+"""Worker for the DDP tests: real Lightning DDP fits on CPU (gloo, 2 processes), one after another.
 
-``python tests/helpers/ddp_fit_worker.py SCENARIO OUT_DIR STEPS``; Lightning's ``ddp`` strategy re-runs
-this script for rank 1, so the scenario's patches apply on both ranks. Each rank writes
-``rank_<r>.json``: the seeds and prompts it used per step, its step count, the health alerts.
+``python tests/helpers/ddp_fit_worker.py OUT_DIR SCENARIO:STEPS [SCENARIO:STEPS ...]``; Lightning's
+``ddp`` strategy re-runs this script for rank 1 at the first fit, so both ranks play every scenario
+in order, with its patches, in one process group (interpreter and process-group start-up are most of
+a short fit, so the suite pays them once). Each rank writes ``OUT_DIR/<scenario>/rank_<r>.json``:
+the seeds and prompts it used per step, its step count, the health alerts.
 
 Scenarios:
 - ``healthy``: the default run (each rank its own prompts, rank-derived seeds);
@@ -13,7 +15,7 @@ Scenarios:
 - ``fsdp``: the healthy run with ``trainer.strategy=fsdp`` (FSDP2 through Lightning's
   ModelParallelStrategy): the same prompts and seeds, so it must end with the weights of ``healthy``;
 - ``fsdp_lora``: ``fsdp`` with LoRA adapters (rank 8) and the KL term on;
-- ``trl_rewards``: task=dataset on OUT_DIR/sums.jsonl scored by the TRL-style rewards of
+- ``trl_rewards``: task=dataset on the sums of ``trl_sums.write_sums`` scored by the TRL-style rewards of
   trl_style_rewards.py (each asserts that every column value belongs to its prompt), with
   dynamic sampling: a misaligned column fails the run.
 """
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from trl_sums import write_sums  # beside this script (run as a file: its folder is on sys.path)
 
 import grpo_lightning.module as module_module
 import grpo_lightning.rollout.generator as rollout_module
@@ -100,9 +103,22 @@ def local(param: torch.Tensor) -> torch.Tensor:
     return param.detach().to_local() if hasattr(param, "to_local") else param.detach()
 
 
-def main(scenario: str, out_dir: str, steps: int) -> None:
+def main(out_dir: str, scenarios: list[str]) -> None:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
+    originals = rollout_module.group_seeds, module_module.compute_advantages
+    for spec in scenarios:
+        scenario, steps = spec.split(":")
+        folder = Path(out_dir, scenario)
+        folder.mkdir(parents=True, exist_ok=True)
+        SEEDS_USED.clear()
+        try:
+            fit_scenario(scenario, str(folder), int(steps))
+        finally:
+            rollout_module.group_seeds, module_module.compute_advantages = originals
+
+
+def fit_scenario(scenario: str, out_dir: str, steps: int) -> None:
     rollout_module.group_seeds = rankless_seeds if scenario == "f2_fault" else recording_seeds
     if scenario == "nan_one_rank":
         module_module.compute_advantages = nan_on_rank_one_second_step(module_module.compute_advantages)
@@ -118,7 +134,7 @@ def main(scenario: str, out_dir: str, steps: int) -> None:
         cfg.model.lora.rank = 8
     if scenario == "trl_rewards":
         names = plugin_module(TRL_FILE, "task.reward_modules").ALL
-        path = str(Path(out_dir, "sums.jsonl"))
+        path = str(write_sums(Path(out_dir)))
         cfg.task = DatasetTaskConfig(path=path, reward_modules=[TRL_FILE], rewards=dict.fromkeys(names, 1.0))
         cfg.task.correctness_reward, cfg.task.val_fraction = "accuracy", 0.0
         cfg.rollout.prompts_per_step, cfg.rollout.num_generations, cfg.rollout.max_new_tokens = 2, 4, 4
@@ -157,7 +173,7 @@ def main(scenario: str, out_dir: str, steps: int) -> None:
         "backend": torch.distributed.get_backend() if torch.distributed.is_initialized() else None,
         "steps": run.health.steps,
         "global_step": trainer.global_step,
-        "seeds": SEEDS_USED,
+        "seeds": list(SEEDS_USED),
         "prompts": recorder.prompts,
         "alerts": [
             {"check": a.check, "failure": a.failure, "step": a.step, "text": a.text, "values": a.values}
@@ -179,4 +195,4 @@ def main(scenario: str, out_dir: str, steps: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    main(sys.argv[1], sys.argv[2:])

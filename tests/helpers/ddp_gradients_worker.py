@@ -1,7 +1,7 @@
 """Worker for test_ddp_gradients.py: 2 ranks x B sequences vs 1 rank x 2B, every aggregation mode.
 
-Run as ``python tests/helpers/ddp_gradients_worker.py OUT_DIR [ddp|fsdp]``: it spawns two gloo processes;
-each wraps the policy in torch's DistributedDataParallel (the gradient averaging Lightning's DDP
+Run as ``python tests/helpers/ddp_gradients_worker.py OUT_DIR [ddp] [fsdp]`` (each into OUT_DIR/<kind>):
+it spawns two gloo processes; each wraps the policy in torch's DistributedDataParallel (the gradient averaging Lightning's DDP
 strategy uses) or, with ``fsdp``, shards policy and reference with FSDP2 as
 ``trainer.strategy=fsdp`` does (:func:`grpo_lightning.sharding.shard_module`), gives GRPOModule a minimal trainer whose strategy reduces over the process
 group, and runs ``prepare`` + ``accumulate_gradients`` on its half of a fixed batch. Rank 0
@@ -94,10 +94,25 @@ def wrap(module: GRPOModule, kind: str, world: int):
     return module.policy.no_sync
 
 
-def worker(rank: int, world: int, out_dir: str, port: int, kind: str) -> None:
+def worker(rank: int, world: int, out_dir: str, port: int, kinds: list[str]) -> None:
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
+    for kind in kinds:  # one process group for all: start-up is most of the worker's time
+        compare(rank, world, os.path.join(out_dir, kind), kind)
+    dist.barrier()  # both ranks done, every result written
+    # Exit without tearing down. torch's gloo teardown can deadlock here: freeing the DDP reducer
+    # destroys the process group, which joins gloo's work thread while holding the GIL, and that
+    # thread needs the GIL to free a finished all-reduce (seen once in a clean-clone run: a rank
+    # hung at exit until the test's 300 s timeout). The results are on disk; nothing is lost.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def compare(rank: int, world: int, out_dir: str, kind: str) -> None:
+    """Per loss mode, rank 0 writes ``<mode>.json``: the 2-rank gradient against the 1-rank one."""
+    os.makedirs(out_dir, exist_ok=True)
     batch = fixed_batch()
     share = GROUPS * GROUP_SIZE // world
     for mode in LOSS_AGG_MODES:
@@ -130,14 +145,6 @@ def worker(rank: int, world: int, out_dir: str, port: int, kind: str) -> None:
                     },
                     f,
                 )
-    dist.barrier()  # both ranks done, every result written
-    # Exit without tearing down. torch's gloo teardown can deadlock here: freeing the DDP reducer
-    # destroys the process group, which joins gloo's work thread while holding the GIL, and that
-    # thread needs the GIL to free a finished all-reduce (seen once in a clean-clone run: a rank
-    # hung at exit until the test's 300 s timeout). The results are on disk; nothing is lost.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":
@@ -146,4 +153,4 @@ if __name__ == "__main__":
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         free_port = s.getsockname()[1]
-    mp.spawn(worker, args=(2, sys.argv[1], free_port, sys.argv[2] if len(sys.argv) > 2 else "ddp"), nprocs=2, join=True)
+    mp.spawn(worker, args=(2, sys.argv[1], free_port, sys.argv[2:] or ["ddp"]), nprocs=2, join=True)

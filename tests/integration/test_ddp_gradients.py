@@ -17,15 +17,21 @@ from grpo_lightning.algorithm import LOSS_AGG_MODES
 WORKER = Path(__file__).resolve().parents[1] / "helpers" / "ddp_gradients_worker.py"
 
 
-@pytest.fixture(scope="module", params=["ddp", "fsdp"])
-def results(request, tmp_path_factory):
-    """Per loss mode, the worker's comparison; DDP, and FSDP2 sharding (trainer.strategy=fsdp)."""
-    out = tmp_path_factory.mktemp(f"{request.param}_grads")
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory) -> Path:
+    """One 2-process launch compares DDP's and FSDP2's gradients (trainer.strategy=fsdp)."""
+    out = tmp_path_factory.mktemp("grads")
     done = subprocess.run(
-        [sys.executable, str(WORKER), str(out), request.param], capture_output=True, text=True, timeout=300
+        [sys.executable, str(WORKER), str(out), "ddp", "fsdp"], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return {mode: json.loads((out / f"{mode}.json").read_text()) for mode in LOSS_AGG_MODES}
+    return out
+
+
+@pytest.fixture(params=["ddp", "fsdp"])
+def results(request, compared):
+    """Per loss mode, the worker's comparison for one strategy."""
+    return {mode: json.loads((compared / request.param / f"{mode}.json").read_text()) for mode in LOSS_AGG_MODES}
 
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)

@@ -6,50 +6,42 @@ loss on one rank makes every rank skip that step together instead of hanging."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
-from conftest import run_worker
-
-WORKER = Path(__file__).resolve().parents[1] / "helpers" / "ddp_fit_worker.py"
 
 
-def _fit(scenario: str, steps: int, tmp_path_factory) -> list[dict]:
-    out = tmp_path_factory.mktemp(scenario)
-    # Its own session, so a hung run's rank processes can all be killed (Lightning starts rank 1).
-    run_worker([sys.executable, str(WORKER), scenario, str(out), str(steps)], 300, f"DDP scenario {scenario!r}")
-    return [json.loads((out / f"rank_{r}.json").read_text()) for r in range(2)]
+def _reports(ddp_fits, scenario: str) -> list[dict]:
+    return [json.loads((ddp_fits(scenario) / f"rank_{r}.json").read_text()) for r in range(2)]
 
 
-@pytest.fixture(scope="module")
-def healthy(tmp_path_factory):
-    return _fit("healthy", 4, tmp_path_factory)
+@pytest.fixture
+def healthy(ddp_fits):
+    return _reports(ddp_fits, "healthy")
 
 
-@pytest.fixture(scope="module")
-def fsdp(tmp_path_factory):
-    return _fit("fsdp", 4, tmp_path_factory)
+@pytest.fixture
+def fsdp(ddp_fits):
+    return _reports(ddp_fits, "fsdp")
 
 
-@pytest.fixture(scope="module")
-def fsdp_lora(tmp_path_factory):
-    return _fit("fsdp_lora", 3, tmp_path_factory)
+@pytest.fixture
+def fsdp_lora(ddp_fits):
+    return _reports(ddp_fits, "fsdp_lora")
 
 
-@pytest.fixture(scope="module")
-def f2_fault(tmp_path_factory):
-    return _fit("f2_fault", 3, tmp_path_factory)
+@pytest.fixture
+def f2_fault(ddp_fits):
+    return _reports(ddp_fits, "f2_fault")
 
 
-@pytest.fixture(scope="module")
-def nan_one_rank(tmp_path_factory):
-    return _fit("nan_one_rank", 4, tmp_path_factory)
+@pytest.fixture
+def nan_one_rank(ddp_fits):
+    return _reports(ddp_fits, "nan_one_rank")
 
 
-@pytest.fixture(scope="module")
-def f2_twin(tmp_path_factory):
-    return _fit("f2_twin", 4, tmp_path_factory)
+@pytest.fixture
+def f2_twin(ddp_fits):
+    return _reports(ddp_fits, "f2_twin")
 
 
 def test_ddp_gloo_runs_end_to_end_with_a_well_defined_number_of_steps(healthy):

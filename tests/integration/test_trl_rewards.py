@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_worker
+from helpers.trl_sums import write_sums
 
 from grpo_lightning import train
 from grpo_lightning.build import build_run
@@ -34,14 +34,6 @@ WEIGHTS = {
 }
 
 
-def write_data(folder: Path) -> Path:
-    pairs = [(3, 4), (1, 2), (5, 6), (2, 9), (7, 1), (4, 4)]
-    rows = [{"prompt": f"{a}+{b}=", "question": f"{a}+{b}=", "solution": str(a + b)} for a, b in pairs]
-    path = folder / "sums.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
 def calls() -> dict[str, int]:
     return dict(plugin_module(TRL_FILE, "task.reward_modules").CALLS)
 
@@ -52,7 +44,7 @@ def test_trl_style_rewards_train_from_the_cli(tmp_path, monkeypatch, capsys):
     rewards = "{" + ", ".join(f"{k}: {v}" for k, v in WEIGHTS.items()) + "}"
     args = [
         "task=dataset",
-        f"task.path={write_data(tmp_path)}",
+        f"task.path={write_sums(tmp_path)}",
         f"task.reward_modules=[{TRL_FILE}]",
         f"task.rewards={rewards}",
         "task.correctness_reward=accuracy",
@@ -78,7 +70,7 @@ def test_trl_style_rewards_train_from_python(tmp_path):
     before = calls()
     cfg = TrainConfig(
         task=DatasetTaskConfig(
-            path=str(write_data(tmp_path)),
+            path=str(write_sums(tmp_path)),
             reward_modules=[TRL_FILE],
             rewards=dict(WEIGHTS),
             correctness_reward="accuracy",
@@ -98,19 +90,17 @@ def test_trl_style_rewards_train_from_python(tmp_path):
     assert all(after.get(name, 0) >= before.get(name, 0) + 2 for name in WEIGHTS if name != "overlong"), after
 
 
-def test_trl_style_rewards_see_aligned_columns_on_two_ddp_ranks(tmp_path):
+def test_trl_style_rewards_see_aligned_columns_on_two_ddp_ranks(ddp_fits):
     """2 steps on 2 gloo ranks with dynamic sampling: each rank scores its own shard of the prompts,
     repeated per group, and every reward asserts that each column value is its prompt's (a
     misaligned one fails the run). completions.jsonl has accuracy's log_extra column, each value
     beside its completion: the sum its prompt asks for."""
-    write_data(tmp_path)
-    worker = HELPERS / "ddp_fit_worker.py"
-    run_worker([sys.executable, str(worker), "trl_rewards", str(tmp_path), "2"], 300, "DDP with TRL-style rewards")
-    reports = [json.loads((tmp_path / f"rank_{r}.json").read_text()) for r in range(2)]
+    folder = ddp_fits("trl_rewards")  # the session's DDP launch (tests/conftest.py) ran this scenario
+    reports = [json.loads((folder / f"rank_{r}.json").read_text()) for r in range(2)]
     for report in reports:
         assert report["global_step"] == 2 and report["world_size"] == 2
         assert all(report["reward_calls"].get(name, 0) >= 2 for name in WEIGHTS if name != "overlong"), report
     shown = {p for report in reports for step in report["prompts"] for p in step}
     assert len(shown) >= 4  # the ranks scored different prompts
-    rows = [json.loads(line) for line in (tmp_path / "completions.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (folder / "completions.jsonl").read_text().splitlines()]
     assert rows and all(r["expected"] == str(sum(map(int, r["prompt"].rstrip("=").split("+")))) for r in rows)
