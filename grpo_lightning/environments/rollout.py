@@ -102,14 +102,15 @@ class EpisodeRollout:
         self.last_episodes = self.play_only(generator, records, step, rank)
         return self.last_episodes
 
-    def play_only(self, generator: Any, records: list[dict], step: int, rank: int) -> list[Episode]:
-        """:meth:`play` without touching this object: what async mode runs in its background thread."""
+    def play_only(self, generator: Any, records: list[dict], step: int, rank: int, engine: Any = None) -> list[Episode]:
+        """:meth:`play` without touching this object (async mode runs it in a background thread, on ``engine``
+        instead of the generator's)."""
         g = generator.num_generations
         rows = [record for record in records for _ in range(g)]
         resets = [reset_seed(generator.seed, rank, step, i) for i in range(len(records)) for _ in range(g)]
         samples = group_seeds(generator.seed, rank, step, len(records), g)
         runner = EpisodeRunner(
-            generator.engine, self.renderer, self.make_env, self.limits, generator.sampling, self.parser
+            engine or generator.engine, self.renderer, self.make_env, self.limits, generator.sampling, self.parser
         )
         return runner.run(rows, resets, samples)
 

@@ -198,7 +198,7 @@ class AsyncRolloutGenerator(RolloutGenerator):
 
     def _play_timed(self, records: list[dict], step: int, rank: int) -> tuple[list, float]:
         start = time.perf_counter()
-        episodes = self.episodes.play_only(self, records, step, rank)
+        episodes = self.episodes.play_only(self, records, step, rank, engine=_QueuedEngine(self.engine))
         return episodes, time.perf_counter() - start
 
     # ----------------------------------------------------------------------- checkpoints
@@ -239,3 +239,15 @@ class AsyncRolloutGenerator(RolloutGenerator):
         if self._players is not None:
             self._players.shutdown(wait=True)
             self._players = None
+
+
+class _QueuedEngine:
+    """The engine as the background episode player sees it: each turn batch queued with ``generate_async``
+    (in submission order with the weight syncs), never through ``generate``, which restores the caller's
+    torch RNG state: from this thread, that would rewind the training thread's."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def generate(self, requests: list[GenerationRequest], sampling) -> list[Completion]:
+        return self.engine.generate_async(requests, sampling).result()
