@@ -10,7 +10,8 @@ sequence: what the trainer scores is what the engine was asked to continue.
 The episodes of a batch run concurrently on one asyncio loop: each awaits its environment and
 its engine turns independently, and a :class:`TurnBatcher` gathers the turns that are waiting
 into one ``engine.generate`` call (run in a worker thread, so environments keep stepping while
-the engine samples). A failed episode (the environment raised, a timeout fired) keeps the
+the engine samples). A synchronous environment's calls run in a thread pool of the runner's, one
+thread per episode, so they overlap too (I/O fully; pure-Python CPU work only as far as the GIL lets). A failed episode (the environment raised, a timeout fired) keeps the
 tokens it has, is masked out of the loss and counted; it is never dropped, which would change
 group sizes and tensor shapes across ranks.
 
@@ -65,6 +66,7 @@ class Episode:
     loss_mask: list[int] = field(default_factory=list)  # 1 on sampled ids, 0 on environment ids
     logprobs: list[float] = field(default_factory=list)  # the engine's, 0.0 on environment ids
     turn_ids: list[int] = field(default_factory=list)  # the turn each id belongs to (a reply: the turn it answers)
+    versions: list[int] = field(default_factory=list)  # the weight version that sampled each id (-1: unknown, env)
     messages: list[Message] = field(default_factory=list)  # the whole conversation, for reading and rewards
     num_prompt_messages: int = 0
     tools: list[dict] = field(default_factory=list)
@@ -102,10 +104,14 @@ class Episode:
     def completion(self) -> Completion:
         """This episode as one completion: a failed one stays in, with loss mask 0 throughout."""
         mask = [0] * len(self.ids) if self.failed else list(self.loss_mask)
+        sampled = [v for v in self.versions if v >= 0]
         return Completion(
             token_ids=list(self.ids),
             finished=self.stop_reason == DONE,
             logprobs=list(self.logprobs) if self.engine_logprobs else None,
+            weight_version=min(sampled) if sampled else None,
+            # Per token: the turns of an episode played across weight syncs (async mode) differ in version.
+            token_weight_versions=list(self.versions) if sampled else None,
             loss_mask=mask,
             turn_ids=list(self.turn_ids),
         )
@@ -210,8 +216,8 @@ class EpisodeRunner:
             raise ValueError(f"{len(rows)} rows, {len(reset_seeds)} reset seeds, {len(sample_seeds)} sample seeds")
         batcher = TurnBatcher(self.engine, self.sampling, len(rows), self.batch_window_s)
         episodes = [Episode(reset_seed=r, sample_seed=s) for r, s in zip(reset_seeds, sample_seeds, strict=True)]
-        # Synchronous environments under a step timeout run here: a pool of our own, so a thread abandoned
-        # by a timeout is left behind at the end instead of waited for (asyncio.run joins its default pool).
+        # Synchronous environments run here: a pool of our own, one thread per episode, so a thread abandoned
+        # by a step timeout is left behind at the end instead of waited for (asyncio.run joins its default pool).
         self._pool = ThreadPoolExecutor(max(len(rows), 1), thread_name_prefix="episode-env")
         server = asyncio.ensure_future(batcher.serve())
         players = [self._play_bounded(row, episode, batcher) for row, episode in zip(rows, episodes, strict=True)]
@@ -264,7 +270,7 @@ class EpisodeRunner:
             request = GenerationRequest(episode.prompt_ids + episode.ids, seed)
             completion = await batcher.generate(request, self.limits.turn_budget(used))
             sampled = list(completion.token_ids)
-            self._append(episode, sampled, 1, turn, completion.logprobs)
+            self._append(episode, sampled, 1, turn, completion.logprobs, completion.weight_version)
             episode.cut_turns += not completion.finished
             model_turn = self._turn(sampled, completion.finished, episode)
             episode.messages.append(_assistant_message(model_turn))
@@ -294,8 +300,11 @@ class EpisodeRunner:
         return Turn(text=text, token_ids=list(sampled), tool_calls=calls, parse_errors=errors, finished=finished)
 
     @staticmethod
-    def _append(episode: Episode, ids: list[int], mask: int, turn: int, logprobs: list[float] | None) -> None:
+    def _append(
+        episode: Episode, ids: list[int], mask: int, turn: int, logprobs: list[float] | None, version: int | None = None
+    ) -> None:
         episode.ids.extend(ids)
+        episode.versions.extend([-1 if version is None else version] * len(ids))
         episode.loss_mask.extend([mask] * len(ids))
         episode.turn_ids.extend([turn] * len(ids))
         if mask and logprobs is None:
@@ -303,14 +312,18 @@ class EpisodeRunner:
         episode.logprobs.extend(list(logprobs) if logprobs is not None else [0.0] * len(ids))
 
     async def _env_call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call the environment: a coroutine on the loop, a plain function in a worker thread when a step
-        timeout is set (abandoned, not stopped, when it fires); failures become the episode's failure."""
+        """Call the environment: a coroutine on the loop, a plain function in a worker thread of the runner's
+        pool (so synchronous environments overlap each other and generation; abandoned, not stopped, when
+        the step timeout fires); failures become the episode's failure."""
         timeout = self.limits.step_timeout_s
         try:
-            if inspect.iscoroutinefunction(fn) or timeout is None:
+            if inspect.iscoroutinefunction(fn):
                 return await asyncio.wait_for(call_maybe_async(fn, *args), timeout)
             work = asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(*args))
-            return await asyncio.wait_for(work, timeout)
+            result = await asyncio.wait_for(work, timeout)
+            if inspect.isawaitable(result):  # a plain function that hands back a coroutine
+                result = await asyncio.wait_for(result, timeout)
+            return result
         except TimeoutError as err:
             raise _StepTimeout(f"{getattr(fn, '__name__', 'call')} took over {timeout} s") from err
         except asyncio.CancelledError:

@@ -110,13 +110,13 @@ class EpisodeTaskConfig(TaskConfig):
 
 @register_config_check
 def episode_problems(cfg: TrainConfig) -> list[str]:
-    """What episodes do not run with (yet): background generation, dynamic sampling, single-turn evaluation."""
+    """What episodes do not run with (yet): dynamic sampling, single-turn evaluation. (rollout.mode=async plays
+    the next steps' episodes in the background: docs/environments.md.)"""
     task = cfg.task.promoted()
     if not isinstance(task, EpisodeTaskConfig):
         return []
     problems: list[str] = []
     why = f"task={task.name} plays episodes in an environment"
-    check(problems, cfg.rollout.mode == "sync", f"rollout.mode={cfg.rollout.mode}: {why}, in rollout.mode=sync only")
     check(problems, not cfg.rollout.dynamic_sampling, f"rollout.dynamic_sampling=true: {why}; set it false")
     check(
         problems,

@@ -29,7 +29,7 @@ from grpo_lightning.environments.render import ChatRenderer
 from grpo_lightning.environments.template_checks import resolve_chat_template, startup_report
 from grpo_lightning.rewards.scorer import RewardState
 from grpo_lightning.rollout.seeding import group_seeds, sample_seed
-from grpo_lightning.step import RolloutBatch
+from grpo_lightning.step import Completion, RolloutBatch
 
 METRICS = "rollout/episodes/"
 
@@ -98,16 +98,21 @@ class EpisodeRollout:
         )
 
     def play(self, generator: Any, records: list[dict], step: int, rank: int) -> list[Episode]:
-        """G episodes per record, prompt-major, over the generator's engine."""
+        """G episodes per record, prompt-major, over the generator's engine (kept as ``last_episodes``)."""
+        self.last_episodes = self.play_only(generator, records, step, rank)
+        return self.last_episodes
+
+    def play_only(self, generator: Any, records: list[dict], step: int, rank: int, engine: Any = None) -> list[Episode]:
+        """:meth:`play` without touching this object (async mode runs it in a background thread, on ``engine``
+        instead of the generator's)."""
         g = generator.num_generations
         rows = [record for record in records for _ in range(g)]
         resets = [reset_seed(generator.seed, rank, step, i) for i in range(len(records)) for _ in range(g)]
         samples = group_seeds(generator.seed, rank, step, len(records), g)
         runner = EpisodeRunner(
-            generator.engine, self.renderer, self.make_env, self.limits, generator.sampling, self.parser
+            engine or generator.engine, self.renderer, self.make_env, self.limits, generator.sampling, self.parser
         )
-        self.last_episodes = runner.run(rows, resets, samples)
-        return self.last_episodes
+        return runner.run(rows, resets, samples)
 
     def rollout(self, generator: Any, records: list[dict], step: int, rank: int) -> RolloutBatch:
         start = time.perf_counter()
@@ -119,13 +124,21 @@ class EpisodeRollout:
         return float(self.aggregate(list(episode.step_rewards), final))
 
     def assemble(
-        self, generator: Any, records: list[dict], episodes: list[Episode], step: int, seconds: float
+        self,
+        generator: Any,
+        records: list[dict],
+        episodes: list[Episode],
+        step: int,
+        seconds: float,
+        completions: list[Completion] | None = None,
     ) -> RolloutBatch:
-        """Pad, score and count the episodes into the batch of ``step``."""
+        """Pad, score and count the episodes into the batch of ``step``; ``completions`` (async mode: after
+        the staleness bound masked some tokens) replaces the episodes' own."""
         start = time.perf_counter()
         tokenizer, n = generator.tokenizer, len(episodes)
         rows = [record for record in records for _ in range(generator.num_generations)]
-        completions = [episode.completion() for episode in episodes]
+        if completions is None:
+            completions = [episode.completion() for episode in episodes]
         pad = tokenizer.pad_token_id
         prompt_ids, prompt_mask = RolloutBatch.pad_prompts([e.prompt_ids for e in episodes], pad)
         completion_ids, completion_mask, finished, logprobs = RolloutBatch.pad_completions(completions, pad)
@@ -146,7 +159,8 @@ class EpisodeRollout:
             completion_ids=[c.token_ids for c in completions],
             trainer_state=RewardState(global_step=step),
         )
-        failed = torch.tensor([e.failed for e in episodes])
+        failed = torch.tensor([e.failed for e in episodes], dtype=torch.bool)
+        versions = [c.weight_version for c in completions if c.weight_version is not None]
         total = torch.where(failed, torch.full_like(total, self.failed_reward), total)
         timing = {
             "rollout/seconds": seconds,
@@ -171,6 +185,7 @@ class EpisodeRollout:
             completions=tokenizer.batch_decode([c.token_ids for c in completions]),
             timing=timing,
             episode_ids=torch.arange(n),
+            weight_version=min(versions) if versions else None,
             **RolloutBatch.pad_token_fields(completions),
         )
 

@@ -21,12 +21,19 @@ behind the expected ones on the last batch (a slow engine); 0 queues nothing ahe
 arrives beyond the bound (the engine lagged more) is dropped by whole groups, counted in
 ``rollout/off_policy_dropped``, or with ``rollout.off_policy_action=mask`` kept out of the
 loss token by token (``rollout/off_policy_masked_tokens``).
+
+Episodes (``generator.episodes``, a task played in an environment) are played the same way: the
+batch of step t + k is played in a background thread of the generator's while step t trains,
+its turns queued on the engine between the weight syncs, so the turns of one episode may be
+sampled by different versions. Each sampled token carries the version of its turn
+(``Episode.versions``) and the bound applies per token, as above. A checkpoint does not keep
+episodes in flight: a resumed run plays them again, with the weights it resumed with.
 """
 
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 
 from torch import nn
@@ -108,6 +115,7 @@ class AsyncRolloutGenerator(RolloutGenerator):
         self.pushed_version: int | None = None  # the version of the last weight sync queued on the engine
         self.engine_delay = 0  # how far the engine's versions fell behind the expected ones (last batch)
         self.trainer_version: int | None = None  # the trainer's optimizer step, set by the module before each batch
+        self._players: ThreadPoolExecutor | None = None  # plays episode batches in submission order
 
     def version_now(self, step: int) -> int:
         """The trainer's weight version (its optimizer step; the batch count where nobody said)."""
@@ -136,8 +144,13 @@ class AsyncRolloutGenerator(RolloutGenerator):
         """Queue the generation of ``step`` (once); its seeds are those of ``step``."""
         if step in self.pending:
             return
-        requests = self.build_requests(records, step, rank)
-        future = self.engine.generate_async(requests, self.sampling)
+        if self.episodes is not None:
+            if self._players is None:
+                self._players = ThreadPoolExecutor(1, thread_name_prefix="episode-batches")
+            requests, future = [], self._players.submit(self._play_timed, records, step, rank)
+        else:
+            requests = self.build_requests(records, step, rank)
+            future = self.engine.generate_async(requests, self.sampling)
         expected = self.pushed_version if self.pushed_version is not None else now
         self.pending[step] = PendingGeneration(
             records, requests, future, submitted_at_step=now, expected_version=expected
@@ -156,21 +169,37 @@ class AsyncRolloutGenerator(RolloutGenerator):
         pending = self.pending.pop(step)
         wait_start = time.perf_counter()
         with engine_context(step, rank):
-            completions = pending.future.result()
+            result = pending.future.result()
         wait_seconds = time.perf_counter() - wait_start
-        generation_seconds = getattr(pending.future, "timing", {}).get("seconds", wait_seconds)
+        episodes = None
+        if self.episodes is not None:
+            episodes, generation_seconds = result
+            completions = [episode.completion() for episode in episodes]
+        else:
+            completions = result
+            generation_seconds = getattr(pending.future, "timing", {}).get("seconds", wait_seconds)
         reported = [v for c in completions for v in (c.versions() or []) if v >= 0]
         self.engine_delay = max(0, pending.expected_version - min(reported)) if reported else 0
         keep, completions, counts = bound_staleness(
             completions, self.num_generations, self.version_now(step), self.max_off_policy_steps, self.off_policy_action
         )
         records = [pending.records[i // self.num_generations] for i in keep[:: self.num_generations]]
-        requests = [pending.requests[i] for i in keep]
-        rollout = self.assemble(records, requests, completions, step, generation_seconds)
+        if episodes is not None:
+            episodes = [episodes[i] for i in keep]
+            self.episodes.last_episodes = episodes
+            rollout = self.episodes.assemble(self, records, episodes, step, generation_seconds, completions)
+        else:
+            requests = [pending.requests[i] for i in keep]
+            rollout = self.assemble(records, requests, completions, step, generation_seconds)
         rollout.timing.update(counts)
         rollout.timing["rollout/wait_seconds"] = wait_seconds
         rollout.timing["rollout/staleness"] = float(step - pending.submitted_at_step)
         return rollout
+
+    def _play_timed(self, records: list[dict], step: int, rank: int) -> tuple[list, float]:
+        start = time.perf_counter()
+        episodes = self.episodes.play_only(self, records, step, rank, engine=_QueuedEngine(self.engine))
+        return episodes, time.perf_counter() - start
 
     # ----------------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
@@ -187,6 +216,7 @@ class AsyncRolloutGenerator(RolloutGenerator):
                 "expected_version": p.expected_version,
             }
             for step, p in self.pending.items()
+            if self.episodes is None  # episodes in flight are played again after a resume (module doc)
         ]
         return {"pending": to_plain(saved, "the generations in flight")}
 
@@ -206,3 +236,18 @@ class AsyncRolloutGenerator(RolloutGenerator):
         for pending in self.pending.values():
             pending.future.exception()  # waits; an error here is not this run's to raise
         self.pending.clear()
+        if self._players is not None:
+            self._players.shutdown(wait=True)
+            self._players = None
+
+
+class _QueuedEngine:
+    """The engine as the background episode player sees it: each turn batch queued with ``generate_async``
+    (in submission order with the weight syncs), never through ``generate``, which restores the caller's
+    torch RNG state: from this thread, that would rewind the training thread's."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def generate(self, requests: list[GenerationRequest], sampling) -> list[Completion]:
+        return self.engine.generate_async(requests, sampling).result()
