@@ -11,6 +11,8 @@ starts one as a subprocess on the policy's initial weights
 (:mod:`grpo_lightning.rollout.vllm_server_process`). A launched server answers only requests
 carrying a random per-run token, and is checked to be the one launched before training
 (:mod:`grpo_lightning.rollout.server_guard`, :mod:`grpo_lightning.rollout.server_auth`).
+Several servers behind one run (``urls``, ``replicas``): one of these engines per server, under
+:class:`~grpo_lightning.rollout.vllm_server_pool.VLLMServerPool`.
 
 **Weight sync** (:meth:`VLLMServerEngine.load_weights`, called on every rank by the
 generator's ``WeightSync`` after each ``sync_every`` optimizer steps): every rank first
