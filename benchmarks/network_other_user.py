@@ -5,9 +5,9 @@ The stand-in for a server on another host without a shared file system. Creates 
 on its own copy of the tiny policy, in a folder of its own, with the network receiver and LoRA
 enabled; the trainer (root) keeps its folders at mode 0700. Then:
 
-1. the ``network`` transport must deliver merged weights (the canary matches);
-2. the ``network`` transport must deliver a LoRA adapter (tensors shipped, saved by the server in
+1. the ``network`` transport must deliver a LoRA adapter (tensors shipped, saved by the server in
    a folder of its own, loaded; the canary matches);
+2. the ``network`` transport must deliver merged weights (the canary matches);
 3. a training run given the server's URL, ``rollout.vllm.sync.transport=network`` and
    ``verify_sync=true``, trains ``--steps`` steps with its output in a 0700 folder;
 4. the ``folder`` transport must fail (the server cannot read the trainer's folder) and the
@@ -95,6 +95,7 @@ def server_python() -> tuple[str, dict[str, str]]:
     venv = os.path.join(PYTHON_COPY, "venv")
     if not os.path.exists(os.path.join(PYTHON_COPY, "include")):
         print(f"copying the interpreter {base} (without its site-packages) to {PYTHON_COPY} ...", flush=True)
+        shutil.rmtree(PYTHON_COPY, ignore_errors=True)  # an older, incomplete copy
         os.makedirs(os.path.join(PYTHON_COPY, "bin"), exist_ok=True)
         shutil.copy2(os.path.join(base, "bin", version), os.path.join(PYTHON_COPY, "bin", version))
         shutil.copytree(
@@ -185,13 +186,16 @@ def sync_checks(url: str, trainer_dir: str) -> None:
         expected = probe_scores(module, tokenizer)
         sync = WeightSync(verify=True, tolerance=1e-3)
         engine.transport = make_transport("network", config.sync)
-        metrics = sync.sync(policy_weights(policy, 2), engine, expected)
-        print(f"1. network, merged: canary diff {metrics['rollout/sync_probe_diff']:.2e}, {metrics}")
-        metrics = sync.sync(policy_weights(policy, 3, adapter=True), engine, expected)
+        # The adapter first: the server still holds the base weights it applies to (after a merged
+        # push the adapter would count twice).
+        metrics = sync.sync(policy_weights(policy, 1, adapter=True), engine, expected)
         print(
-            f"2. network, adapter: canary diff {metrics['rollout/sync_probe_diff']:.2e}, model {engine.client.model}, "
+            f"1. network, adapter: canary diff {metrics['rollout/sync_probe_diff']:.2e}, model {engine.client.model}, "
             f"{metrics}"
         )
+        engine.client.model = "policy"  # merged weights are served under the base name (one engine, two modes)
+        metrics = sync.sync(policy_weights(policy, 2), engine, expected)
+        print(f"2. network, merged: canary diff {metrics['rollout/sync_probe_diff']:.2e}, {metrics}")
     finally:
         engine.close()
 
