@@ -215,7 +215,8 @@ def train(url: str, trainer_dir: str, steps: int) -> None:
     class Record(L.Callback):
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
             keep = ("rollout/sync_probe_diff", "rollout/sync_bytes", "rollout/sync_seconds", "reward/mean")
-            seen.append({k: round(float(v), 7) for k, v in trainer.logged_metrics.items() if k in keep})
+            metrics = {**trainer.callback_metrics, **trainer.logged_metrics}
+            seen.append({k: round(float(v), 7) for k, v in metrics.items() if k in keep})
 
     run = build_run(cfg)
     start = time.perf_counter()
