@@ -32,9 +32,13 @@ class VLLMServerConfig(Schema):
         None,
         "A running vLLM OpenAI-compatible server (http://host:port) shared by every rank; null: none unless launch.",
     )
+    urls: list[str] = option(
+        [], "Several running vLLM servers (data-parallel rollouts): weights go to each, requests to the least loaded."
+    )
     launch: bool = option(
         False, "Start a vLLM server subprocess on the policy's weights (rank 0); stopped with the run."
     )
+    replicas: int = option(1, "launch: how many servers to start (data-parallel rollouts), each on a free port.")
     host: str = option("127.0.0.1", "launch: the address to listen on; loopback only unless allow_remote=true.")
     port: int = option(0, "launch: the port to listen on; 0: a free port. A port already in use is an error.")
     allow_remote: bool = option(
@@ -50,7 +54,8 @@ class VLLMServerConfig(Schema):
     start_timeout_s: float = option(300.0, "launch: longest wait for the launched server to become healthy.")
     concurrency: int = option(64, "Requests each rank keeps in flight at once (one per sample).")
     sync_dir: Optional[str] = option(
-        None, "Folder rank 0 writes weights to for the server to reload; null: a temporary folder (same host)."
+        None,
+        "Folder rank 0 writes weights to for the server to reload (several: server-<i> in it); null: a temporary folder.",
     )
 
     def check_fields(self, p: str) -> list[str]:
@@ -59,6 +64,21 @@ class VLLMServerConfig(Schema):
             problems,
             not (self.launch and self.url is not None),
             f"{p}launch=true and {p}url={self.url!r} exclude each other: launch a server, or connect to one",
+        )
+        check(
+            problems,
+            not (self.urls and (self.launch or self.url is not None)),
+            f"{p}urls=[...] excludes {p}url and {p}launch=true: list every server in urls, or launch them (replicas)",
+        )
+        bad = [u for u in self.urls if not str(u).startswith(("http://", "https://"))]
+        check(problems, not bad, f"{p}urls: {bad} must start with http:// or https:// (http://host:port)")
+        check(problems, len(set(self.urls)) == len(self.urls), f"{p}urls={self.urls} names a server twice")
+        check(problems, self.replicas >= 1, f"{p}replicas={self.replicas} must be >= 1")
+        check(
+            problems,
+            self.replicas == 1 or (self.launch and self.port == 0),
+            f"{p}replicas={self.replicas} needs {p}launch=true and {p}port=0 (each launched server takes a free "
+            f"port); for running servers list them in {p}urls",
         )
         check(problems, self.timeout_s > 0, f"{p}timeout_s={self.timeout_s} must be > 0")
         check(problems, self.start_timeout_s > 0, f"{p}start_timeout_s={self.start_timeout_s} must be > 0")
@@ -95,7 +115,9 @@ class VLLMSyncConfig(Schema):
     host: str = option(
         "127.0.0.1", "network: this trainer's address as the server reaches it (rank 0 listens there for the server)."
     )
-    port: int = option(0, "network: the port rank 0 listens on for the server's weight group; 0: a free port.")
+    port: int = option(
+        0, "network: the port rank 0 listens on for the server's weight group (server i of several: port + i); 0: free."
+    )
     bucket_mb: float = option(64.0, "network: weights travel in buckets of at most this many MiB, one collective each.")
     adapter: str = option(
         "auto",
@@ -234,4 +256,4 @@ class RolloutConfig(Schema):
     def uses_server(self) -> bool:
         """A vLLM server (launched or running) generates, not an engine inside this process."""
         server = self.vllm.server
-        return self.engine == "vllm" and (server.launch or server.url is not None)
+        return self.engine == "vllm" and (server.launch or server.url is not None or bool(server.urls))

@@ -49,6 +49,7 @@ from grpo_lightning.rollout.side_effects import preserved_process_state
 from grpo_lightning.rollout.temp_folders import owned_temp_dir
 from grpo_lightning.rollout.transports import TRANSPORTS
 from grpo_lightning.rollout.vllm_server import VLLMServerEngine
+from grpo_lightning.rollout.vllm_server_pool import VLLMServerPool
 from grpo_lightning.step import PolicyWeights
 
 
@@ -277,5 +278,7 @@ def vllm_engine(policy, tokenizer, cfg: TrainConfig) -> RolloutEngine:
         if cfg.rollout.vllm.sync.adapter == "auto" and is_peft_model(policy):  # adapter-only sync
             slots = (cfg.rollout.max_staleness if cfg.rollout.mode == "async" else 0) + 1
             lora = LoraServing(adapter_rank(policy), max(slots, 2))
-        return VLLMServerEngine.from_policy(policy, tokenizer, cfg.rollout.vllm, cfg.trainer.seed, lora)
+        server = cfg.rollout.vllm.server
+        engine_cls = VLLMServerPool if server.urls or server.replicas > 1 else VLLMServerEngine  # data-parallel
+        return engine_cls.from_policy(policy, tokenizer, cfg.rollout.vllm, cfg.trainer.seed, lora)
     return VLLMEngine.from_policy(policy, tokenizer, cfg.rollout.vllm, cfg.trainer.seed)

@@ -11,6 +11,8 @@ starts one as a subprocess on the policy's initial weights
 (:mod:`grpo_lightning.rollout.vllm_server_process`). A launched server answers only requests
 carrying a random per-run token, and is checked to be the one launched before training
 (:mod:`grpo_lightning.rollout.server_guard`, :mod:`grpo_lightning.rollout.server_auth`).
+Several servers behind one run (``urls``, ``replicas``): one of these engines per server, under
+:class:`~grpo_lightning.rollout.vllm_server_pool.VLLMServerPool`.
 
 **Weight sync** (:meth:`VLLMServerEngine.load_weights`, called on every rank by the
 generator's ``WeightSync`` after each ``sync_every`` optimizer steps): every rank first
@@ -61,10 +63,56 @@ from grpo_lightning.step import PolicyWeights
 
 _RPC_HINT = " (a server started by hand needs VLLM_SERVER_DEV_MODE=1 for /collective_rpc)"
 
-__all__ = ["ServerClient", "VLLMServer", "VLLMServerEngine", "VLLMServerError"]
+__all__ = ["QueuedGeneration", "ServerClient", "VLLMServer", "VLLMServerEngine", "VLLMServerError"]
 
 
-class VLLMServerEngine:
+class QueuedGeneration:
+    """What engines on servers share: calls queue on ``_worker`` (one thread: a weight sync waits
+    behind the generations queued before it), their requests run on ``_requests`` through ``_one``,
+    each completion carries the ``weight_version`` in force when it ran; a sync (``_synced``) starts
+    once every rank's queued generations are done."""
+
+    verifies_before_commit = True  # load_weights(check=...) runs the canary before the version bump
+
+    def generate(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:
+        return self.generate_async(requests, sampling).result()
+
+    def generate_async(self, requests: list[GenerationRequest], sampling: Sampling) -> Future:
+        """Queue a generation behind every call submitted before it (sync included)."""
+        timing: dict[str, float] = {}
+        future = self._worker.submit(self._timed_generate, list(requests), sampling, timing)
+        future.timing = timing
+        return future
+
+    def _timed_generate(self, requests, sampling, timing: dict[str, float]) -> list[Completion]:
+        start, version = time.perf_counter(), self.weight_version
+        futures = [self._requests.submit(self._one, request, sampling) for request in requests]
+        completions = [f.result() for f in futures]
+        for completion in completions:
+            completion.weight_version = version
+        timing["seconds"] = time.perf_counter() - start
+        return completions
+
+    def load_weights(
+        self,
+        named_tensors: Iterable[tuple[str, torch.Tensor]],
+        version: int | None = None,
+        check=None,
+        adapter_config: dict | None = None,
+    ) -> float:
+        """Every rank: finish queued generations, meet at a barrier, then :meth:`_synced`; returns the
+        seconds this rank spent."""
+        start = time.perf_counter()
+        version = (self.weight_version or 0) + 1 if version is None else version
+        self._worker.submit(lambda: None).result()  # this rank's queued generations are done
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.barrier()  # ... and every other rank's
+        self._synced(PolicyWeights(list(named_tensors), version, adapter_config=adapter_config), check)
+        self.weight_version = version
+        return time.perf_counter() - start
+
+
+class VLLMServerEngine(QueuedGeneration):
     """A :class:`RolloutEngine` whose samples come from a vLLM server (see the module docstring)."""
 
     owns_weights = True  # the trainer pushes every update (load_weights)
@@ -114,10 +162,18 @@ class VLLMServerEngine:
         server, port, token = None, None, server_guard.api_key_from_env(s.api_key_env)
         if s.launch:
             server, port, token = launch_shared(policy, tokenizer, config, seed, lora)
-        engine = cls(config, base_url(s, port), tokenizer.eos_token_id, server, token=token, lora=lora)
+        return cls.connect(config, base_url(s, port), tokenizer.eos_token_id, server, token, lora)
+
+    @classmethod
+    def connect(
+        cls, config: VLLMConfig, url: str, eos_token_id, server=None, token=None, lora=None
+    ) -> VLLMServerEngine:
+        """An engine on the server at ``url`` once it is up (a launched one must prove it is ours);
+        ``server``: the one this rank launched there, stopped with the engine."""
+        engine = cls(config, url, eos_token_id, server, token=token, lora=lora)
         try:
             engine.start_seconds = engine._wait_until_up()
-            if s.launch:
+            if config.server.launch:
                 pid = server.process.pid if server is not None else None
                 server_guard.verify_identity(engine.client, token, SERVED_NAME, pid)
             engine.client.model = engine.client.served_model()
@@ -134,25 +190,6 @@ class VLLMServerEngine:
         return self.client.wait_up(rank())
 
     # ------------------------------------------------------------------ generation
-    def generate(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:
-        return self.generate_async(requests, sampling).result()
-
-    def generate_async(self, requests: list[GenerationRequest], sampling: Sampling) -> Future:
-        """Queue a generation behind every call submitted before it (sync included)."""
-        timing: dict[str, float] = {}
-        future = self._worker.submit(self._timed_generate, list(requests), sampling, timing)
-        future.timing = timing
-        return future
-
-    def _timed_generate(self, requests, sampling, timing: dict[str, float]) -> list[Completion]:
-        start, version = time.perf_counter(), self.weight_version
-        futures = [self._requests.submit(self._one, request, sampling) for request in requests]
-        completions = [f.result() for f in futures]
-        for completion in completions:
-            completion.weight_version = version
-        timing["seconds"] = time.perf_counter() - start
-        return completions
-
     def _one(self, request: GenerationRequest, sampling: Sampling) -> Completion:
         body = {
             "model": self.client.model,
@@ -189,47 +226,36 @@ class VLLMServerEngine:
         return [float(scored[i][str(sequence[i])]["logprob"]) for i in range(len(prompt_ids), len(sequence))]
 
     # ------------------------------------------------------------------ weights
-    verifies_before_commit = True  # load_weights(check=...) runs the canary before the version bump
+    def _synced(self, weights: PolicyWeights, check) -> None:
+        """Rank 0 pushes (under the sync watchdog, retried on failure); the others wait until the
+        server reports the version. ``check`` (the canary) runs after the push and before the
+        server's version is bumped, so a failed, partial or wrong sync never shows as the new
+        version. With ``adapter_config`` the tensors are a LoRA adapter, loaded under a name of its
+        own that generations then use."""
+        self.after_barrier(weights, check)
 
-    def load_weights(
-        self,
-        named_tensors: Iterable[tuple[str, torch.Tensor]],
-        version: int | None = None,
-        check=None,
-        adapter_config: dict | None = None,
-    ) -> float:
-        """Every rank: finish queued generations, meet at a barrier; rank 0 pushes ``version``
-        (under the sync watchdog, retried on failure), the others wait until the server reports
-        it. ``check`` (the canary comparison) runs after the push and before the server's version
-        is bumped, so a failed, partial or wrong sync never shows as the new version. Returns the
-        seconds this rank spent. With ``adapter_config`` the tensors are a LoRA adapter, loaded under
-        a name of its own that generations then use."""
-        start = time.perf_counter()
-        version = (self.weight_version or 0) + 1 if version is None else version
-        self._worker.submit(lambda: None).result()  # this rank's queued generations are done
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.barrier()  # ... and every other rank's
+    def after_barrier(self, weights: PolicyWeights, check, commit: bool = True) -> None:
+        """Rank 0 pushes ``weights`` (``commit=False``: all but the version bump, :meth:`commit`);
+        every other rank waits until the server holds that version (and checks the canary)."""
         if rank() == 0:
-            self._push_with_retries(PolicyWeights(list(named_tensors), version, adapter_config=adapter_config), check)
-        else:
-            self._wait_for_version(version)
-            if adapter_config is not None:
-                self.client.model = adapter_name(version)
-            # Rank 0 checked this very state before the bump. With adapters the other ranks do not
-            # repeat it: vLLM (0.32, CPU) fails a prompt_logprobs request batched with other LoRA
-            # requests (an einsum shape error that kills its engine core).
-            elif check is not None:
-                check()
-        self.weight_version = version
-        return time.perf_counter() - start
+            self._push_with_retries(weights, check, commit)
+            return
+        self._wait_for_version(weights.version)
+        if weights.adapter_config is not None:
+            self.client.model = adapter_name(weights.version)
+        # Rank 0 checked this very state before the bump. With adapters the other ranks do not
+        # repeat it: vLLM (0.32, CPU) fails a prompt_logprobs request batched with other LoRA
+        # requests (an einsum shape error that kills its engine core).
+        elif check is not None:
+            check(self)
 
-    def _push_with_retries(self, weights: PolicyWeights, check) -> None:
+    def _push_with_retries(self, weights: PolicyWeights, check, commit: bool = True) -> None:
         s, version = self.config.sync, weights.version
         for attempt in range(1, s.retries + 2):
             what = f"the weight sync to version {version} (attempt {attempt} of {s.retries + 1})"
             try:
                 SyncAttempt(what, s.timeout_s, getattr(self.transport, "abort", None)).run(
-                    lambda sync: self._push(weights, check, sync)
+                    lambda sync: self._push(weights, check, sync, commit)
                 )
                 return
             except WeightSyncError:
@@ -241,7 +267,7 @@ class VLLMServerEngine:
                     raise VLLMServerError(f"{what} to {self.client.url} failed: {type(err).__name__}: {err}") from err
                 warnings.warn(f"{what} failed ({type(err).__name__}: {err}); retrying", stacklevel=2)
 
-    def _push(self, weights: PolicyWeights, check, sync: SyncAttempt) -> None:
+    def _push(self, weights: PolicyWeights, check, sync: SyncAttempt, commit: bool = True) -> None:
         previous = self.client.model
         if weights.adapter_config is None:
             self.transport.push(weights, self)
@@ -250,19 +276,21 @@ class VLLMServerEngine:
         try:
             self.client.call("POST", "/reset_prefix_cache", "the prefix-cache reset")
             if check is not None:
-                check()
+                check(self)
             sync.check_not_cancelled()  # a push that outlived its deadline commits nothing
-            if self._adapters is not None:  # before the bump: no other rank's request overlaps an unload
-                self._adapters.evict(self.client, self.transport, self)
-            self.client.call(
-                "POST",
-                "/update_weight_version",
-                "the weight version update",
-                json={"new_version": str(weights.version)},
-            )
+            if commit:
+                self.commit(weights.version)
         except BaseException:
             self.client.model = previous  # generations stay on the adapter the version names
             raise
+
+    def commit(self, version: int) -> None:
+        """The last step of a push: the server reports ``version`` (old adapters unloaded first)."""
+        if self._adapters is not None:  # before the bump: no other rank's request overlaps an unload
+            self._adapters.evict(self.client, self.transport, self)
+        self.client.call(
+            "POST", "/update_weight_version", "the weight version update", json={"new_version": str(version)}
+        )
 
     def worker_call(self, method: str, what: str, spec: dict) -> list:
         """``method`` of every vLLM worker (a worker extension's) with ``spec`` as one JSON string."""

@@ -60,8 +60,8 @@ class WeightSync:
             raise ValueError("WeightSync(verify=True).sync needs the policy's canary scores (expected=...)")
         diffs: list[float] = []
 
-        def check() -> None:
-            diffs.append(self.check(engine, expected, weights.version))
+        def check(target=None) -> None:  # target: one server of several (vllm_server_pool.py); else engine
+            diffs.append(self.check(engine if target is None else target, expected, weights.version))
 
         # The gathering (a LoRA policy's merge) and the engine's own time to load.
         extra = {"adapter_config": weights.adapter_config} if weights.adapter_config is not None else {}
@@ -74,7 +74,7 @@ class WeightSync:
         self.num_syncs += 1
         metrics = {"rollout/sync_seconds": seconds}
         if diffs:
-            self.last_probe_diff = diffs[-1]
+            self.last_probe_diff = max(diffs)
             metrics["rollout/sync_probe_diff"] = self.last_probe_diff
         bytes_sent = getattr(getattr(engine, "transport", None), "last_bytes", None)
         if bytes_sent:

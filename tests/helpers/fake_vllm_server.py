@@ -89,6 +89,7 @@ class Handler(BaseHTTPRequestHandler):
 if __name__ == "__main__":
     die_after = int(sys.argv[2]) if len(sys.argv) > 2 else 0
     reload = sys.argv[3] if len(sys.argv) > 3 else "ok"
+    ThreadingHTTPServer.request_queue_size = 64  # the default 5 resets concurrent connects on a loaded machine
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     Path(sys.argv[1]).write_text(str(server.server_address[1]))
     server.serve_forever()

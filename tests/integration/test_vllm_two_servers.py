@@ -1,0 +1,65 @@
+"""Two real vLLM servers behind one engine (rollout/vllm_server_pool.py): the session's shared
+server and one more launched here. Weights travel over the network to each, the canary is scored
+on each, both report the version, generations use both; a server killed before a sync is named
+and the other's version does not move."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_vllm_server import perturbed_policy, requests
+
+from grpo_lightning.config import AlgorithmConfig, RolloutConfig, VLLMConfig, VLLMServerConfig
+from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
+from grpo_lightning.module import GRPOModule
+from grpo_lightning.rollout import Sampling, WeightSync
+from grpo_lightning.rollout.transports import NetworkTransport
+from grpo_lightning.rollout.vllm_server import VLLMServerEngine, VLLMServerError
+from grpo_lightning.rollout.vllm_server_pool import VLLMServerPool
+from grpo_lightning.weight_push import policy_weights, probe_scores
+
+
+def _version(engine) -> str:
+    return engine.client.call("GET", "/weight_info", "test")["weight_version"]
+
+
+@pytest.mark.slow
+def test_two_servers_get_every_sync_and_share_the_requests(vllm_server):
+    tok = build_char_tokenizer()
+    settings = VLLMConfig(max_model_len=128, kv_cache_gib=0.5, server=VLLMServerConfig(launch=True, timeout_s=60))
+    second = VLLMServerEngine.from_policy(build_tiny_policy(tok), tok, settings, seed=0)
+    pool = VLLMServerPool([vllm_server, second], concurrency=4)
+    folder_transport = vllm_server.transport
+    for member in pool.members:
+        member.transport = NetworkTransport(timeout_s=60.0, bucket_mb=0.1)
+    try:
+        module = GRPOModule(perturbed_policy(tok, seed=21), AlgorithmConfig(beta=0.0))
+        scored = []
+        for member in pool.members:
+            member.sequence_logprobs = lambda *a, _m=member, _f=member.sequence_logprobs: scored.append(_m) or _f(*a)
+        metrics = WeightSync(verify=True, tolerance=1e-4).sync(
+            policy_weights(module.policy, 31), pool, probe_scores(module, tokenizer=tok)
+        )
+        assert metrics["rollout/sync_probe_diff"] <= 1e-4 and {id(m) for m in scored} == {id(vllm_server), id(second)}
+        sent = sum(t.numel() * t.element_size() for _, t in policy_weights(module.policy, 31).tensors)
+        assert metrics["rollout/sync_bytes"] == 2 * sent  # the whole model to each server
+        assert [_version(m) for m in pool.members] == ["31", "31"]
+        completions = pool.generate(requests(tok, 0), Sampling.from_config(RolloutConfig(max_new_tokens=6)))
+        assert len(completions) == 16 and {c.weight_version for c in completions} == {31}
+        assert min(pool.balance.sent) >= 1
+
+        second.server.process.kill()  # a server gone before the next sync
+        second.server.process.wait(30)
+        with torch.no_grad():
+            next(module.policy.parameters()).add_(0.01)
+        with pytest.raises(VLLMServerError) as caught:
+            pool.load_weights(policy_weights(module.policy, 32).tensors, version=32)
+        assert second.client.url in str(caught.value) and "failed on 1 of 2 vLLM servers" in str(caught.value)
+        assert _version(vllm_server) == "31" and pool.weight_version == 31
+    finally:
+        for member in pool.members:
+            member.transport.close()
+            member.__dict__.pop("sequence_logprobs", None)
+        vllm_server.transport = folder_transport
+        pool.members = [second]  # the session's server stays up for the other tests
+        pool.close()
