@@ -61,7 +61,8 @@ SETTINGS = {
         prompts=8,
         generations=8,
         max_tokens=32,
-        steps=30,
+        steps=12,
+        repeats=2,  # with 12 steps: keeps make bench-trl (both tables) short
         prompts_from="arithmetic",
         fastest_engine="hf",
         fastest_precision="fp32",
@@ -371,7 +372,7 @@ def child(trainer: str, setting: str, model_dir: str | None, table: str, trl_vll
     print("RESULT " + json.dumps(result))
 
 
-def matmul_gflops(seconds: float = 3.0, dtype: str = "fp32") -> float:
+def matmul_gflops(seconds: float = 1.5, dtype: str = "fp32") -> float:
     """Matmul rate of one thread on decoder-shaped operands ([2048 x 576] @ [576 x 1536]), in
     float32 or bfloat16 (``dtype``)."""
     import torch
@@ -486,7 +487,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--setting", choices=sorted(SETTINGS), default="tiny")
     parser.add_argument("--model-dir", help="local SmolLM2-135M-Instruct folder (settings smollm2, smollm2_rg)")
-    parser.add_argument("--repeats", type=int, default=3, help="alternations of the two trainers")
+    parser.add_argument("--repeats", type=int, help="alternations of the two trainers (default: the setting's, else 3)")
     parser.add_argument("--warmup", type=int, default=2, help="first steps of each run left out")
     parser.add_argument("--tables", nargs="+", choices=TABLES, default=list(TABLES), help="which tables to measure")
     parser.add_argument("--trl-vllm", action="store_true", help="fastest table: try TRL's colocated vLLM mode")
@@ -510,6 +511,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.setting != "tiny" and not args.model_dir:
         parser.error(f"--setting {args.setting} needs --model-dir (a local SmolLM2-135M-Instruct folder)")
+    args.repeats = args.repeats or SETTINGS[args.setting].get("repeats", 3)
     if args.child:
         child(args.child, args.setting, args.model_dir, args.tables[0], args.trl_vllm, args.precision)
         return

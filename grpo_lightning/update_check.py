@@ -25,8 +25,8 @@ def _saved(state: dict) -> dict:
 
 
 def _restore(params: list, old: list, optimizer: torch.optim.Optimizer, states: list) -> None:
-    with torch.no_grad():
-        torch._foreach_copy_([_local(p) for p in params], [_local(o) for o in old])  # FSDP2: shard by shard
+    """The weights and optimizer state as before the trial: every tensor in one foreach copy."""
+    targets, sources = [_local(p) for p in params], [_local(o) for o in old]  # FSDP2: shard by shard
     for param, state in zip(params, states, strict=True):
         if state is None:  # the parameter's first step: no state before it
             optimizer.state.pop(param, None)
@@ -34,9 +34,12 @@ def _restore(params: list, old: list, optimizer: torch.optim.Optimizer, states: 
         for key, value in state.items():
             current = optimizer.state[param].get(key)
             if torch.is_tensor(value) and torch.is_tensor(current):
-                current.copy_(value)
+                targets.append(_local(current))
+                sources.append(_local(value))
             else:
                 optimizer.state[param][key] = value
+    with torch.no_grad():
+        torch._foreach_copy_(targets, sources)
 
 
 # A chunk holds at least this many elements: a small model is tried in one optimizer call (each
@@ -60,6 +63,15 @@ def _chunks(params: list) -> list[list]:
     return chunks
 
 
+def _largest_magnitudes(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """max |x| of each tensor (NaN where it holds one). Up to MIN_CHUNK_ELEMENTS elements in all
+    through one copy of their absolute values (a few times faster on CPU than the inf-norm); larger
+    chunks without the copy."""
+    if sum(t.numel() for t in tensors) <= MIN_CHUNK_ELEMENTS:
+        return list(torch._foreach_max(torch._foreach_abs(tensors)))
+    return list(torch._foreach_norm(tensors, ord=INF))
+
+
 def _trial(optimizer: torch.optim.Optimizer, group: dict, params: list) -> list[torch.Tensor]:
     """The largest magnitude of each new weight and state tensor of ``params`` after a step on them
     alone (NaN and inf propagate through it, a large finite value stays finite); then put back."""
@@ -69,7 +81,7 @@ def _trial(optimizer: torch.optim.Optimizer, group: dict, params: list) -> list[
     try:
         optimizer.step()
         new = [t for p in params for t in (p.detach(), *optimizer.state[p].values()) if torch.is_tensor(t)]
-        return list(torch._foreach_norm([_local(t) for t in new if t.is_floating_point() and t.numel()], ord=INF))
+        return _largest_magnitudes([_local(t) for t in new if t.is_floating_point() and t.numel()])
     except RuntimeError as err:  # a step size beyond float32 ("value cannot be converted ... overflow")
         if "overflow" not in str(err):
             raise
