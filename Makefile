@@ -39,7 +39,7 @@ ADAPTER_VENVS := .venv-openenv/.installed .venv-verifiers/.installed
 
 .venv-verifiers/.installed:
 	$(PYTHON) -m venv .venv-verifiers
-	.venv-verifiers/bin/pip install --quiet verifiers==0.4.0
+	.venv-verifiers/bin/pip install --quiet verifiers==0.4.0 uv
 	touch $@
 
 demo: $(STAMP)

