@@ -324,15 +324,22 @@ def start_child(trainer: str, args, model_dir: str, seed: int, threshold: float 
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH")])
     )
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # Files, not pipes: a child whose pipe nobody reads (the other one is awaited first) would block on a full one.
+    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+    process = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=env)
+    process.outputs = (out, err)
+    return process
 
 
 def finish_child(process: subprocess.Popen) -> dict | str:
     """A started run's parsed result, or the tail of its error output."""
-    stdout, stderr = process.communicate()
-    line = [x for x in stdout.splitlines() if x.startswith("RESULT ")]
+    process.wait()
+    out, err = process.outputs
+    out.seek(0)
+    err.seek(0)
+    line = [x for x in out.read().splitlines() if x.startswith("RESULT ")]
     if process.returncode or not line:
-        return stderr[-3000:]
+        return err.read()[-3000:]
     return json.loads(line[-1][len("RESULT ") :])
 
 
