@@ -156,6 +156,8 @@ def _import(entry: str):
         if not path.is_file():
             raise FileNotFoundError(entry)
         name = f"grpo_lightning_plugins.{path.stem}_{abs(hash(str(path.resolve()))):x}"
+        if name in sys.modules:  # the same file under another spelling (relative, absolute, ~): imported once
+            return sys.modules[name]
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module

@@ -12,7 +12,7 @@ import pytest
 from grpo_lightning.algorithm import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
 from grpo_lightning.config import HEALTH_CHECKS, ConfigError, TrainConfig, validate_config
 from grpo_lightning.config.compose import compose
-from grpo_lightning.registry import _LOADED, Registry
+from grpo_lightning.registry import _LOADED, Registry, load_plugins, plugin_module
 from grpo_lightning.rewards import REWARD_FUNCTIONS, register_reward
 from grpo_lightning.train import run
 
@@ -233,3 +233,19 @@ def test_every_extension_point_is_one_registry():
         HEALTH_CHECKS,
     ):
         assert isinstance(registry, Registry)
+
+
+def test_one_plugin_file_named_two_ways_is_imported_once(tmp_path, monkeypatch):
+    """Regression: a notebook (or a test) that named a plug-in file by its absolute path and then
+    by a relative one imported it twice, and its second register_* call failed as a duplicate."""
+    (tmp_path / "twice_reward.py").write_text(
+        "from grpo_lightning.rewards import register_reward\n"
+        "@register_reward('named_twice')\n"
+        "def named_twice(prompts, completions, **kwargs):\n"
+        "    return [0.0 for _ in completions]\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    first = plugin_module(str(tmp_path / "twice_reward.py"))
+    load_plugins(["twice_reward.py", "./twice_reward.py"])  # raised "already registered" before the fix
+    assert plugin_module("twice_reward.py") is first
+    assert "named_twice" in REWARD_FUNCTIONS
