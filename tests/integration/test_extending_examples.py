@@ -1,21 +1,20 @@
 """The worked examples of docs/extending.md run as the docs say: each plug-in file under
 examples/plugins/ is passed to the CLI with plugins=[...], trains a couple of tiny steps, and
-shows its effect in the logged metrics. The CLI runs in this process, through its entry point
-(``train.cli`` with the command line in ``sys.argv``): a fresh interpreter per run would cost more
-than the run.
+shows its effect in the logged metrics. Each run is its own process: a plug-in registers into the
+process's registries for good, and the other tests of a worker must not see it.
 """
 
 from __future__ import annotations
 
 import csv
+import os
 import re
+import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from grpo_lightning import train as train_cli
 from grpo_lightning.build import build_datamodule
 from grpo_lightning.config.compose import compose
 
@@ -32,45 +31,21 @@ TINY = [
 ]
 
 
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
+def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_API_KEY"}
+    return subprocess.run(
+        [sys.executable, "-m", "grpo_lightning.train", *args, f"hydra.run.dir={tmp_path}/run"],
+        cwd=ROOT,  # the docs' commands name the examples relative to the repository root
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
-@pytest.fixture
-def cli(monkeypatch, capsys):
-    """``cli(tmp_path, *args)``: ``grpo-lightning *args`` from the repository root (the docs name
-    the examples relative to it), in this process."""
-
-    def run(tmp_path: Path, *args: str) -> Result:
-        monkeypatch.chdir(ROOT)
-        monkeypatch.delenv("WANDB_API_KEY", raising=False)
-        monkeypatch.setattr(sys, "argv", ["grpo-lightning", *args, f"hydra.run.dir={tmp_path}/run"])
-        capsys.readouterr()
-        try:
-            train_cli.cli()
-            code = 0
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 1
-        out = capsys.readouterr()
-        return Result(code, out.out, out.err)
-
-    return run
-
-
-@pytest.fixture
-def train(cli):
-    """``train(tmp_path, *args)``: run the CLI on the tiny settings; the logged training rows (one per step)."""
-
-    def run(tmp_path: Path, *args: str) -> list[dict[str, float]]:
-        return logged_rows(tmp_path, cli(tmp_path, *TINY, *args))
-
-    return run
-
-
-def logged_rows(tmp_path: Path, result: Result) -> list[dict[str, float]]:
+def train(tmp_path: Path, *args: str) -> list[dict[str, float]]:
+    """Run the CLI; the logged training rows (one per step)."""
+    result = cli(tmp_path, *TINY, *args)
     assert result.returncode == 0, result.stderr[-3000:]
     (metrics,) = (tmp_path / "run").glob("csv/version_*/metrics.csv")
     by_step: dict[str, dict[str, float]] = {}  # the module and the health monitor log separate rows per step
@@ -82,7 +57,7 @@ def logged_rows(tmp_path: Path, result: Result) -> list[dict[str, float]]:
     return rows
 
 
-def test_the_reward_example_scores_the_run(tmp_path, train, cli):
+def test_the_reward_example_scores_the_run(tmp_path):
     rows = train(tmp_path, "plugins=[examples/plugins/digit_reward.py]", "task.rewards={digits_only: 1.0}")
     for row in rows:
         # It is the only reward, with weight 1: it is what the run was scored with.
@@ -91,7 +66,7 @@ def test_the_reward_example_scores_the_run(tmp_path, train, cli):
         assert "reward/arithmetic_exact/mean" not in row  # the task's own rewards were replaced
 
 
-def test_the_task_example_brings_its_prompts_option_and_reward(tmp_path, train, cli):
+def test_the_task_example_brings_its_prompts_option_and_reward(tmp_path):
     plugin = f"plugins=[{PLUGINS / 'doubling_task.py'}]"
     cfg, _ = compose([plugin, "task=doubling", "task.max_value=5", f"trainer.output_dir={tmp_path}/unused"])
     cfg.rollout.prompts_per_step = 1
@@ -107,7 +82,7 @@ def test_the_task_example_brings_its_prompts_option_and_reward(tmp_path, train, 
     assert small.returncode == 2 and "task.max_value=2 must be >= 4" in small.stderr, small.stderr[-2000:]
 
 
-def test_the_loss_example_is_the_loss_the_run_trains_with(tmp_path, train, cli):
+def test_the_loss_example_is_the_loss_the_run_trains_with(tmp_path):
     rows = train(
         tmp_path, "plugins=[examples/plugins/reinforce_loss.py]", "algorithm.policy_loss=reinforce", "algorithm.beta=0"
     )
@@ -118,7 +93,7 @@ def test_the_loss_example_is_the_loss_the_run_trains_with(tmp_path, train, cli):
     assert all(abs(row["train/loss"]) > 1e-6 for row in informative)
 
 
-def test_the_health_check_example_alerts_as_its_option_says(tmp_path, train, cli):
+def test_the_health_check_example_alerts_as_its_option_says(tmp_path):
     plugin = "plugins=[examples/plugins/long_completions_check.py]"
     rows = train(tmp_path, plugin, "health.long_completions.max_mean_tokens=0.5")
     for row in rows:
@@ -128,7 +103,7 @@ def test_the_health_check_example_alerts_as_its_option_says(tmp_path, train, cli
     assert all(row["health/alert/long_completions"] == 0.0 for row in quiet)
 
 
-def test_the_engine_example_samples_the_completions_trained_on(tmp_path, train, cli):
+def test_the_engine_example_samples_the_completions_trained_on(tmp_path):
     plugin = "plugins=[examples/plugins/uniform_engine.py]"
     first = train(tmp_path / "a", plugin, "rollout.engine=uniform_tokens")
     again = train(tmp_path / "b", plugin, "rollout.engine=uniform_tokens")
