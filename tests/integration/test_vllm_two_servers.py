@@ -48,6 +48,9 @@ def test_two_servers_get_every_sync_and_share_the_requests(vllm_server):
         assert len(completions) == 16 and {c.weight_version for c in completions} == {31}
         assert min(pool.balance.sent) >= 1
 
+        # The dead server's retry can only time out: a short timeout keeps the test short.
+        second.transport.close()
+        second.transport = NetworkTransport(timeout_s=5.0, bucket_mb=0.1)
         second.server.process.kill()  # a server gone before the next sync
         second.server.process.wait(30)
         with torch.no_grad():
