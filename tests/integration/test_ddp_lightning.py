@@ -10,41 +10,14 @@ import json
 import pytest
 
 
-def _reports(ddp_fits, scenario: str) -> list[dict]:
-    return [json.loads((ddp_fits(scenario) / f"rank_{r}.json").read_text()) for r in range(2)]
-
-
 @pytest.fixture
-def healthy(ddp_fits):
-    return _reports(ddp_fits, "healthy")
+def reports(ddp_fits):
+    """``reports(scenario)``: both ranks' reports of that scenario of the session's DDP launch."""
+    return lambda scenario: [json.loads((ddp_fits(scenario) / f"rank_{r}.json").read_text()) for r in range(2)]
 
 
-@pytest.fixture
-def fsdp(ddp_fits):
-    return _reports(ddp_fits, "fsdp")
-
-
-@pytest.fixture
-def fsdp_lora(ddp_fits):
-    return _reports(ddp_fits, "fsdp_lora")
-
-
-@pytest.fixture
-def f2_fault(ddp_fits):
-    return _reports(ddp_fits, "f2_fault")
-
-
-@pytest.fixture
-def nan_one_rank(ddp_fits):
-    return _reports(ddp_fits, "nan_one_rank")
-
-
-@pytest.fixture
-def f2_twin(ddp_fits):
-    return _reports(ddp_fits, "f2_twin")
-
-
-def test_ddp_gloo_runs_end_to_end_with_a_well_defined_number_of_steps(healthy):
+def test_ddp_gloo_runs_end_to_end_with_a_well_defined_number_of_steps(reports):
+    healthy = reports("healthy")
     for rank, report in enumerate(healthy):
         assert report["rank"] == rank and report["world_size"] == 2 and report["backend"] == "gloo"
         assert report["steps"] == report["global_step"] == 4
@@ -53,7 +26,8 @@ def test_ddp_gloo_runs_end_to_end_with_a_well_defined_number_of_steps(healthy):
     assert healthy[0]["alerts"] == healthy[1]["alerts"] == []
 
 
-def test_sampling_seeds_and_prompts_differ_per_rank(healthy):
+def test_sampling_seeds_and_prompts_differ_per_rank(reports):
+    healthy = reports("healthy")
     for step in range(4):
         seeds = [set(r["seeds"][step]) for r in healthy]
         assert not seeds[0] & seeds[1], f"step {step}: ranks share seeds"
@@ -61,7 +35,8 @@ def test_sampling_seeds_and_prompts_differ_per_rank(healthy):
         assert not prompts[0] & prompts[1], f"step {step}: ranks share prompts {prompts[0] & prompts[1]}"
 
 
-def test_f2_rank_independent_seeds_are_diagnosed(f2_fault):
+def test_f2_rank_independent_seeds_are_diagnosed(reports):
+    f2_fault = reports("f2_fault")
     assert f2_fault[0]["seeds"] == f2_fault[1]["seeds"]  # the fault is really there
     for report in f2_fault:
         alerts = [a for a in report["alerts"] if a["check"] == "duplicates"]
@@ -72,7 +47,8 @@ def test_f2_rank_independent_seeds_are_diagnosed(f2_fault):
         assert "identical twin" in alert["text"] and "derive every sampling seed from the rank" in alert["text"]
 
 
-def test_f2_twin_with_rank_seeds_has_no_duplicates_alert(f2_twin):
+def test_f2_twin_with_rank_seeds_has_no_duplicates_alert(reports):
+    f2_twin = reports("f2_twin")
     assert f2_twin[0]["prompts"] == f2_twin[1]["prompts"]  # the check had shared prompts to compare
     for report in f2_twin:
         assert [a for a in report["alerts"] if a["check"] == "duplicates"] == []
@@ -80,9 +56,10 @@ def test_f2_twin_with_rank_seeds_has_no_duplicates_alert(f2_twin):
         assert report["metrics"]["health/duplicates/cross_rank_frac"] < 0.2
 
 
-def test_a_non_finite_loss_on_one_rank_skips_the_step_on_every_rank_without_hanging(nan_one_rank):
+def test_a_non_finite_loss_on_one_rank_skips_the_step_on_every_rank_without_hanging(reports):
     """Regression: the rank with the non-finite loss skipped its backward, so the other rank
     waited in DDP's gradient all-reduce forever."""
+    nan_one_rank = reports("nan_one_rank")
     for report in nan_one_rank:
         assert report["steps"] == 4  # every generation batch was trained on ...
         assert report["skipped_steps_total"] == 1 and report["global_step"] == 3  # ... and one step skipped
@@ -90,9 +67,11 @@ def test_a_non_finite_loss_on_one_rank_skips_the_step_on_every_rank_without_hang
     assert nan_one_rank[0]["weights_checksum"] == nan_one_rank[1]["weights_checksum"]
 
 
-def test_fsdp_shards_the_policy_and_ends_with_the_weights_of_ddp(healthy, fsdp):
+def test_fsdp_shards_the_policy_and_ends_with_the_weights_of_ddp(reports):
     """trainer.strategy=fsdp (FSDP2, Lightning's ModelParallelStrategy, on CPU with gloo): each rank
     holds half of every weight, and the same prompts and seeds give the weights DDP gives."""
+    healthy = reports("healthy")
+    fsdp = reports("fsdp")
     for rank, report in enumerate(fsdp):
         assert report["strategy"] == "ModelParallelStrategy" and report["backend"] == "gloo"
         assert report["steps"] == report["global_step"] == 4 and report["alerts"] == []
@@ -107,7 +86,8 @@ def test_fsdp_shards_the_policy_and_ends_with_the_weights_of_ddp(healthy, fsdp):
     assert not export["adapter_folder"]
 
 
-def test_fsdp_trains_lora_adapters_with_the_base_as_reference(fsdp_lora):
+def test_fsdp_trains_lora_adapters_with_the_base_as_reference(reports):
+    fsdp_lora = reports("fsdp_lora")
     for report in fsdp_lora:
         assert report["steps"] == report["global_step"] == 3 and report["alerts"] == []
         assert report["metrics"]["health/no_update/update_norm"] > 0
