@@ -19,7 +19,6 @@ import inspect
 import warnings
 
 import torch
-from lightning.pytorch.utilities import rank_zero_info
 from tqdm.auto import tqdm
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
@@ -248,6 +247,8 @@ class HFEngine(EngineBase):
         support = graph_decode_support if self.decoder == "graph" else fused_decode_support
         unsupported = support(self.model, mask.shape[1] + max_steps)
         if unsupported is not None:
+            from lightning.pytorch.utilities import rank_zero_info  # noqa: PLC0415 - vLLM workers import rollout/
+
             rank_zero_info(
                 f"rollout.hf_decoder={self.decoder}: decoding with the model's forward instead: {unsupported}"
             )
