@@ -11,6 +11,7 @@ is located, to read the GGUF file inside.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import shutil
@@ -82,7 +83,7 @@ def ensure_smollm2(target: Path | None = None) -> Path:
     for module in ("gguf", "accelerate"):
         _require(module)
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     steps = tqdm(total=4, desc="SmolLM2: converting GGUF -> safetensors (once)", unit="step")
@@ -94,12 +95,14 @@ def ensure_smollm2(target: Path | None = None) -> Path:
         quantized = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.float32)
         steps.update()
         steps.set_postfix_str("plain float32 model")
-        config = AutoConfig.from_pretrained(str(source.parent), gguf_file=source.name)
+        # The dequantized model's own config (parsing the GGUF again costs seconds), minus the quantization.
+        config = copy.deepcopy(quantized.config)
         for attr in ("quantization_config",):
             if hasattr(config, attr):
                 delattr(config, attr)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        missing, unexpected = model.load_state_dict(quantized.state_dict(), strict=False)
+        with torch.device("meta"):  # no random initialisation: every weight comes from the GGUF
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        missing, unexpected = model.load_state_dict(quantized.state_dict(), strict=False, assign=True)
         tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
         if set(missing) - tied or unexpected:
             raise RuntimeError(f"SmolLM2 conversion: missing {missing}, unexpected {unexpected}")
