@@ -153,4 +153,7 @@ if __name__ == "__main__":
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         free_port = s.getsockname()[1]
-    mp.spawn(worker, args=(2, sys.argv[1], free_port, sys.argv[2:] or ["ddp"]), nprocs=2, join=True)
+    # fork: the ranks inherit this process's imports (torch, Lightning) instead of importing them again
+    mp.start_processes(
+        worker, args=(2, sys.argv[1], free_port, sys.argv[2:] or ["ddp"]), nprocs=2, join=True, start_method="fork"
+    )

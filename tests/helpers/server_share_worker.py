@@ -47,4 +47,4 @@ def run(rank: int, out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    mp.spawn(run, args=(sys.argv[1],), nprocs=2)
+    mp.start_processes(run, args=(sys.argv[1],), nprocs=2, start_method="fork")  # the ranks inherit the imports
