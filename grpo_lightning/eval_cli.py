@@ -9,6 +9,7 @@ one for all held-out prompts: accuracy, score, pass@k, mean length. docs/evaluat
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 import warnings
@@ -90,24 +91,27 @@ def evaluate(cfg: TrainConfig) -> dict[str, float]:
     from grpo_lightning.build import build_run  # noqa: PLC0415  (after the config is known good)
 
     cfg, kind, where = evaluation_config(cfg)
-    if cfg.task.correctness_reward is None:
-        raise CheckpointError(
-            "task.correctness_reward is null: nothing defines correct, so there is nothing to evaluate"
-        )
-    run = build_run(cfg)
-    if not run.datamodule.val_records:
-        raise CheckpointError("the task has no held-out prompts: set task.val_fraction > 0 (or task.val_path)")
-    if kind == "ckpt":
-        load_checkpoint_weights(run.module.policy, where)
-    trainer = run.trainer(cfg, logger=False, enable_progress_bar=False, limit_val_batches=1.0)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            results = trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
-    finally:
-        run.module.rollout.shutdown()
-        if run.lock is not None:
-            run.lock.release()
+        if cfg.task.correctness_reward is None:
+            raise CheckpointError(
+                "task.correctness_reward is null: nothing defines correct, so there is nothing to evaluate"
+            )
+        run = build_run(cfg)
+        if not run.datamodule.val_records:
+            raise CheckpointError("the task has no held-out prompts: set task.val_fraction > 0 (or task.val_path)")
+        if kind == "ckpt":
+            load_checkpoint_weights(run.module.policy, where)
+        trainer = run.trainer(cfg, logger=False, enable_progress_bar=False, limit_val_batches=1.0)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                results = trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
+        finally:
+            run.module.rollout.shutdown()
+            if run.lock is not None:
+                run.lock.release()
+    finally:  # the scratch folder holds only the run lock: nothing to keep
+        shutil.rmtree(cfg.trainer.output_dir, ignore_errors=True)
     counts: dict[str, float] = {}
     for record in run.datamodule.val_records:
         source = record.get("data_source")

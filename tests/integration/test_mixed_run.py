@@ -4,6 +4,7 @@ evaluations while training, then grpo-lightning-eval on its hf/final and on its 
 from __future__ import annotations
 
 import string
+import tempfile
 import warnings
 from dataclasses import replace
 
@@ -40,7 +41,7 @@ def config(*extra: str):
 
 
 @pytest.mark.slow
-def test_a_mixed_run_logs_and_evaluates_each_source_then_evaluates_alone(tmp_path):
+def test_a_mixed_run_logs_and_evaluates_each_source_then_evaluates_alone(tmp_path, monkeypatch):
     cfg = config("trainer.max_steps=2", "trainer.checkpoint_every_n_steps=2", f"trainer.output_dir={tmp_path}")
     run = build_run(cfg)
     trainer = run.trainer(cfg, enable_progress_bar=False)
@@ -57,8 +58,12 @@ def test_a_mixed_run_logs_and_evaluates_each_source_then_evaluates_alone(tmp_pat
         assert {f"val/{source}/accuracy", f"val/{source}/pass@2"} <= set(logged)
     assert logged["val/accuracy"] == pytest.approx((logged["val/sums/accuracy"] + logged["val/chains/accuracy"]) / 2)
 
+    scratch = tmp_path / "temp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     from_export = evaluate(config("trainer.output_dir=.", f"eval.checkpoint={tmp_path / 'hf' / 'final'}"))
     from_ckpt = evaluate(config("trainer.output_dir=.", f"eval.checkpoint={checkpoints_in(tmp_path)[-1]}"))
+    assert not list(scratch.glob("grpo-eval-*"))  # each evaluation's scratch folder is gone
     assert from_export["val/sums/prompts"] == from_export["val/chains/prompts"] == 2
     for key in ("val/accuracy", "val/sums/score", "val/chains/score", "val/chains/mean_length"):
         assert from_export[key] == pytest.approx(logged[key]) and from_ckpt[key] == pytest.approx(logged[key])
