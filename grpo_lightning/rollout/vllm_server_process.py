@@ -87,6 +87,20 @@ def _command(model_dir: str, config: VLLMConfig, port: int, seed: int, lora=None
     return command
 
 
+SOCKET_PATH_MAX = 100  # AF_UNIX paths end at 107 bytes; vLLM's IPC socket names add a 36-character UUID
+
+
+def _server_temp_env(owned: Path) -> dict[str, str]:
+    """TMPDIR for the server: a folder inside its owned temporary folder, so the IPC sockets and
+    files vLLM leaves in the temp folder when it is killed go with that folder; none where the
+    path would make a socket name too long (the system's temp folder then)."""
+    folder = owned / "tmp"
+    if len(str(folder)) + 37 > SOCKET_PATH_MAX:
+        return {}
+    folder.mkdir()
+    return {"TMPDIR": str(folder)}
+
+
 class VLLMServer:
     """A ``vllm`` OpenAI-compatible server in a subprocess, on a saved copy of the policy, that
     answers only requests carrying :attr:`token`. ``config`` is ``rollout.vllm`` (its ``server``
@@ -104,6 +118,7 @@ class VLLMServer:
         save_merged(policy, self._model_dir.name, tokenizer, state=base_state(policy) if lora is not None else None)
         self.log_path = Path(self._model_dir.name) / "server.log"
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", server_auth.TOKEN_ENV: self.token}
+        env.update(_server_temp_env(Path(self._model_dir.name)))
         if lora is not None:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         self._log = open(self.log_path, "w")
