@@ -438,7 +438,10 @@ RUNS = {
     "fastest": {"ours": ("ours", None), "trl": ("trl", None)},
 }
 # How the tables print each run of ours.
-LABELS = {"ours_default": "ours, default decoder (fused)", "ours": "ours, HF generate"}
+LABELS = {
+    "identical": {"ours_default": "ours, default HF decoder (fused)", "ours": "ours, HF generate"},
+    "fastest": {"ours": "ours at its fastest"},
+}
 
 
 def run_child(trainer: str, args, model_dir: str, table: str, precision: str, hf_decoder=None) -> dict | str:
@@ -492,7 +495,7 @@ def print_table(table: str, summary: dict, precision: str, rates: dict[str, floa
     ]
     for name in (n for n in summary if n != "trl"):
         what = "same batch, tokens, precision, checkpointing" if table == "identical" else "each at its fastest"
-        print(f"\n{table} settings ({what}): {LABELS.get(name, name)} vs TRL")
+        print(f"\n{table} settings ({what}): {LABELS[table].get(name, name)} vs TRL")
         print(f"{'metric':<22}{'ours':>10}{'TRL':>10}{'ours/TRL':>10}")
         for label, key, fmt in rows:
             ours, trl = summary[name][key], summary["trl"][key]
