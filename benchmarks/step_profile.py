@@ -2,7 +2,10 @@
 
 The settings are those of ``trl_vs_ours.py``'s identical table (HF ``generate`` for both,
 gradient checkpointing on, float32, one thread, the same model files, prompts, batch and
-reward). Each trainer runs in a fresh process, alternating ``--repeats`` times; inside it the
+reward). ``--table fastest`` profiles each trainer's fastest tiny configuration instead (ours:
+the fused decoder and checkpointing ``auto``; TRL: checkpointing off); ``--table default``
+ours with its default decoder (``rollout.hf_decoder=fused``) at otherwise identical settings;
+``--trainers ours`` profiles ours alone (before/after a change). Each trainer runs in a fresh process, alternating ``--repeats`` times; inside it the
 functions that do each part of the step are wrapped with timers. A timer counts its own time
 only (a nested timer's time goes to the nested part), so the parts add up to the step:
 
@@ -12,6 +15,7 @@ only (a nested timer's time goes to the nested part), so the parts add up to the
 - policy fwd/bwd: the loss's forward and backward over every micro-batch;
 - optimizer: gradient norm and clipping, the optimizer and LR scheduler step (ours: also the
   update guard, shown on its own row);
+- mismatch metrics: the engine-trainer mismatch sums and their metrics (ours only);
 - metrics/logging: the step's metrics and their writing (ours: ``step_metrics``, ``self.log``,
   the loggers; TRL: ``log``);
 - callbacks: every callback's step hooks (ours: the health monitor and the others; TRL's
@@ -45,6 +49,7 @@ PARTS = (
     "policy fwd/bwd",
     "optimizer",
     "update guard",
+    "mismatch metrics",
     "metrics/logging",
     "callbacks",
     "other",
@@ -104,14 +109,23 @@ def hook_callbacks(timers: Timers, callbacks, hooks: tuple[str, ...], base, skip
                 timers.wrap(callback, hook, "callbacks")
 
 
-def profile_ours(setting: str, model_dir: str) -> list[dict]:
+# Per --table: our (checkpointing, decoder) and TRL's checkpointing.
+TABLES = {
+    "identical": dict(checkpointing=True, hf_decoder="generate", trl_checkpointing=True),
+    "default": dict(checkpointing=True, hf_decoder="fused", trl_checkpointing=True),
+    "fastest": dict(checkpointing="auto", hf_decoder="fused", trl_checkpointing=False),
+}
+
+
+def profile_ours(setting: str, model_dir: str, table: str = "identical") -> list[dict]:
     import lightning as L
 
     import grpo_lightning.module as module_file
     import grpo_lightning.module_hooks as hooks_file
     from grpo_lightning.build import build_run
 
-    cfg = our_config(setting, model_dir, True, engine="hf", hf_decoder="generate")
+    t = TABLES[table]
+    cfg = our_config(setting, model_dir, t["checkpointing"], engine="hf", hf_decoder=t["hf_decoder"])
     run = build_run(cfg)
     timers = Timers()
     steps = Steps(timers)
@@ -139,6 +153,8 @@ def profile_ours(setting: str, model_dir: str) -> list[dict]:
     timers.wrap(module, "accumulate_gradients", "policy fwd/bwd")
     timers.wrap(module, "_guarded_step", "optimizer")
     timers.wrap(module_file, "nonfinite_update_count", "update guard")
+    for name in ("measure_mismatch", "mismatch_metrics"):
+        timers.wrap(module_file, name, "mismatch metrics")
     for name in ("step_metrics", "log_callback_metrics"):
         timers.wrap(module_file, name, "metrics/logging")
     timers.wrap(hooks_file, "write_metrics", "metrics/logging")
@@ -148,7 +164,7 @@ def profile_ours(setting: str, model_dir: str) -> list[dict]:
     return steps.steps
 
 
-def profile_trl(setting: str, model_dir: str) -> list[dict]:
+def profile_trl(setting: str, model_dir: str, table: str = "identical") -> list[dict]:
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOTrainer
@@ -171,7 +187,7 @@ def profile_trl(setting: str, model_dir: str) -> list[dict]:
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[arithmetic_close],
-        args=trl_config(s, checkpointing=True),
+        args=trl_config(s, checkpointing=TABLES[table]["trl_checkpointing"]),
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[Boundary()],
@@ -202,7 +218,7 @@ def profile_trl(setting: str, model_dir: str) -> list[dict]:
     return steps.steps
 
 
-def child(trainer: str, setting: str, model_dir: str, clock: str) -> None:
+def child(trainer: str, setting: str, model_dir: str, clock: str, table: str) -> None:
     global CLOCK
     CLOCK = CLOCKS[clock]
     if trainer == "ours":  # as trl_vs_ours.py: before torch's first allocation, as the CLI does
@@ -213,13 +229,13 @@ def child(trainer: str, setting: str, model_dir: str, clock: str) -> None:
 
     torch.set_num_threads(1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    steps = profile_ours(setting, model_dir) if trainer == "ours" else profile_trl(setting, model_dir)
+    steps = profile_ours(setting, model_dir, table) if trainer == "ours" else profile_trl(setting, model_dir, table)
     print("RESULT " + json.dumps(steps))
 
 
 def run_child(trainer: str, args, model_dir: str) -> list[dict]:
     command = [sys.executable, __file__, "--child", trainer, "--setting", args.setting, "--model-dir", model_dir]
-    command += ["--steps", str(args.steps), "--clock", args.clock]
+    command += ["--steps", str(args.steps), "--clock", args.clock, "--table", args.table]
     done = subprocess.run(command, capture_output=True, text=True, env=child_environment(trainer))
     line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
     if done.returncode or not line:
@@ -228,20 +244,19 @@ def run_child(trainer: str, args, model_dir: str) -> list[dict]:
 
 
 def table(runs: dict[str, list[list[dict]]], warmup: int) -> str:
-    """Mean ms per step per part (and its share), both trainers side by side; the median step below."""
-    kept = {name: [step for run in r for step in run[warmup:]] for name, r in runs.items()}
+    """Mean ms per step per part (and its share), the trainers side by side; the median step below."""
+    kept = {name: [step for run in r for step in run[warmup:]] for name, r in runs.items() if r}
     mean = {name: {p: statistics.mean(s["parts"][p] for s in steps) for p in PARTS} for name, steps in kept.items()}
     total = {name: statistics.mean(s["seconds"] for s in steps) for name, steps in kept.items()}
-    lines = ["| part | ours (ms) | share | TRL (ms) | share |", "|---|---|---|---|---|"]
-    for part in PARTS:
-        o, t = mean["ours"][part], mean["trl"][part]
-        lines.append(f"| {part} | {o * 1e3:.1f} | {o / total['ours']:.0%} | {t * 1e3:.1f} | {t / total['trl']:.0%} |")
-    lines.append(f"| **step (mean)** | **{total['ours'] * 1e3:.1f}** | | **{total['trl'] * 1e3:.1f}** | |")
     median = {name: statistics.median(s["seconds"] for s in steps) for name, steps in kept.items()}
-    lines.append(
-        f"| step (median) | {median['ours'] * 1e3:.1f} | | {median['trl'] * 1e3:.1f} | "
-        f"ours/TRL {median['ours'] / median['trl']:.2f} |"
-    )
+    names = list(kept)
+    lines = ["| part | " + " | ".join(f"{n} (ms) | share" for n in names) + " |", "|---|" + "---|---|" * len(names)]
+    for part in PARTS:
+        cells = [f"{mean[n][part] * 1e3:.1f} | {mean[n][part] / total[n]:.0%}" for n in names]
+        lines.append(f"| {part} | " + " | ".join(cells) + " |")
+    lines.append("| **step (mean)** | " + " | ".join(f"**{total[n] * 1e3:.1f}** | " for n in names) + "|")
+    ratio = f" ours/TRL {median['ours'] / median['trl']:.2f}" if len(names) == 2 else ""
+    lines.append("| step (median) | " + " | ".join(f"{median[n] * 1e3:.1f} | " for n in names) + f"{ratio} |")
     return "\n".join(lines)
 
 
@@ -258,26 +273,34 @@ def main() -> None:
         default="wall",
         help="wall: wall time; cpu: this thread's CPU time (steadier on a machine other work shares)",
     )
-    parser.add_argument("--json", help="results file (default benchmarks/results/step_profile_<setting>.json)")
+    parser.add_argument("--table", choices=sorted(TABLES), default="identical", help="which configurations (above)")
+    parser.add_argument(
+        "--trainers", nargs="+", choices=["ours", "trl"], default=["ours", "trl"], help="who to profile"
+    )
+    parser.add_argument("--json", help="results file (default benchmarks/results/step_profile_<setting>_<table>.json)")
     parser.add_argument("--child", choices=["trl", "ours"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     SETTINGS[args.setting]["steps"] = args.steps
     if args.child:
-        child(args.child, args.setting, args.model_dir, args.clock)
+        child(args.child, args.setting, args.model_dir, args.clock, args.table)
         return
     if args.setting != "tiny" and not args.model_dir:
         parser.error(f"--setting {args.setting} needs --model-dir")
     model_dir = args.model_dir or save_tiny_model()
     runs: dict[str, list] = {"ours": [], "trl": []}
     for repeat in range(args.repeats):
-        for trainer in ("ours", "trl"):
+        for trainer in args.trainers:
             print(f"[{repeat + 1}/{args.repeats}] {trainer} ...", file=sys.stderr, flush=True)
             runs[trainer].append(run_child(trainer, args, model_dir))
     print(table(runs, args.warmup))
-    path = Path(args.json or f"benchmarks/results/step_profile_{args.setting}.json")
+    suffix = "" if args.table == "identical" else f"_{args.table}"
+    path = Path(args.json or f"benchmarks/results/step_profile_{args.setting}{suffix}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
-        json.dumps({"setting": args.setting, "steps": args.steps, "clock": args.clock, "runs": runs}, indent=1)
+        json.dumps(
+            {"setting": args.setting, "table": args.table, "steps": args.steps, "clock": args.clock, "runs": runs},
+            indent=1,
+        )
     )
     print(f"wrote {path}")
 

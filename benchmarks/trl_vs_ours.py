@@ -8,9 +8,12 @@ reward (``arithmetic_close``), one thread, no evaluation pass; our health monito
 
 Two tables (``--tables``):
 
-- ``identical``: both with HF ``generate`` (ours: ``rollout.hf_decoder=generate``) and
-  gradient checkpointing on (TRL's default); our step as it ships otherwise (padding-free
-  packing is how our step works, not a setting).
+- ``identical``: the same batch, tokens and precision (float32), gradient checkpointing on
+  (TRL's default) for both; our step as it ships otherwise (padding-free packing is how our
+  step works, not a setting). Two runs of ours against the same TRL runs: ``ours_default``
+  decodes with our default HF decoder (``rollout.hf_decoder=fused``, which draws the very
+  tokens ``generate`` draws: tests/unit/rollout/test_hf_decoder.py), ``ours`` with HF
+  ``generate`` as TRL does (``rollout.hf_decoder=generate``): both decoders alike.
 - ``fastest``: each trainer at the fastest configuration this machine supports for the same
   algorithm and batch. Ours: checkpointing ``auto`` (off here: the activations fit) and the
   faster rollout engine for the setting (``fastest_engine``: the in-process vLLM engine on
@@ -292,7 +295,9 @@ def training_flops(model, rollout, checkpointing: bool, beta: float) -> float:
     return passes * forward
 
 
-def run_ours(setting: str, model_dir: str | None, table: str, precision: str = "fp32") -> dict:
+def run_ours(
+    setting: str, model_dir: str | None, table: str, precision: str = "fp32", hf_decoder: str | None = None
+) -> dict:
     import lightning as L
 
     from grpo_lightning.build import build_run
@@ -304,7 +309,7 @@ def run_ours(setting: str, model_dir: str | None, table: str, precision: str = "
         model_dir,
         "auto" if fastest else True,
         engine=s["fastest_engine"] if fastest else "hf",
-        hf_decoder="fused" if fastest else "generate",
+        hf_decoder=hf_decoder or ("fused" if fastest else "generate"),
         precision=precision,
     )
     run = build_run(cfg)
@@ -352,7 +357,9 @@ def run_ours(setting: str, model_dir: str | None, table: str, precision: str = "
     return {"steps": steps}
 
 
-def child(trainer: str, setting: str, model_dir: str | None, table: str, trl_vllm: bool, precision: str) -> None:
+def child(
+    trainer: str, setting: str, model_dir: str | None, table: str, trl_vllm: bool, precision: str, hf_decoder=None
+) -> None:
     if trainer == "ours":  # first, as the CLI applies trainer.huge_pages: before torch's first allocation
         from grpo_lightning.models.allocator import prefer_huge_pages
 
@@ -364,7 +371,7 @@ def child(trainer: str, setting: str, model_dir: str | None, table: str, trl_vll
     if trainer == "trl":
         result = run_trl(setting, model_dir, table, trl_vllm, precision)
     else:
-        result = run_ours(setting, model_dir, table, precision)
+        result = run_ours(setting, model_dir, table, precision, hf_decoder)
     from grpo_lightning.models.allocator import torch_uses_huge_pages
 
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -425,25 +432,41 @@ def child_environment(trainer: str) -> dict:
     return env
 
 
-def run_child(trainer: str, args, model_dir: str, table: str, precision: str) -> dict | str:
+# Each table's runs, in the order they alternate: name -> (trainer, our rollout.hf_decoder; None: the table's).
+RUNS = {
+    "identical": {"ours_default": ("ours", "fused"), "ours": ("ours", None), "trl": ("trl", None)},
+    "fastest": {"ours": ("ours", None), "trl": ("trl", None)},
+}
+# How the tables print each run of ours.
+LABELS = {
+    "identical": {"ours_default": "ours, default HF decoder (fused)", "ours": "ours, HF generate"},
+    "fastest": {"ours": "ours at its fastest"},
+}
+
+
+def run_child(trainer: str, args, model_dir: str, table: str, precision: str, hf_decoder=None) -> dict | str:
     """One fresh-process run; its parsed result, or the tail of its error output."""
     python = sys.executable
     if trainer == "ours" and table == "fastest" and SETTINGS[args.setting].get("fastest_engine") == "vllm":
         python = args.ours_python or python  # our vLLM rollouts need a venv with vLLM
-    command = [
-        python,
-        __file__,
-        "--child",
-        trainer,
-        "--setting",
-        args.setting,
-        "--model-dir",
-        model_dir,
-        "--tables",
-        table,
-        "--precision",
-        precision,
-    ] + (["--trl-vllm"] if args.trl_vllm else [])
+    command = (
+        [
+            python,
+            __file__,
+            "--child",
+            trainer,
+            "--setting",
+            args.setting,
+            "--model-dir",
+            model_dir,
+            "--tables",
+            table,
+            "--precision",
+            precision,
+        ]
+        + (["--trl-vllm"] if args.trl_vllm else [])
+        + (["--hf-decoder", hf_decoder] if hf_decoder else [])
+    )
     done = subprocess.run(command, capture_output=True, text=True, env=child_environment(trainer))
     line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
     if done.returncode or not line:
@@ -470,17 +493,20 @@ def print_table(table: str, summary: dict, precision: str, rates: dict[str, floa
         ("generation share", "generation_share", "{:.2f}"),
         ("peak RSS (MB)", "peak_rss_mb", "{:.0f}"),
     ]
-    print(f"\n{table} settings\n{'metric':<22}{'ours':>10}{'TRL':>10}{'ours/TRL':>10}")
-    for label, key, fmt in rows:
-        ours, trl = summary["ours"][key], summary["trl"][key]
-        print(f"{label:<22}{fmt.format(ours):>10}{fmt.format(trl):>10}{ours / trl:>10.2f}")
-    ours = summary["ours"]
-    print(
-        f"both in {precision}; ours: padding share {ours['padding_share_padded']:.2f} padded -> "
-        f"{ours['padding_share_packed']:.2f} packed; checkpointing {ours['checkpointing']}; training phase "
-        f"{ours['train_gflops']:.1f} GFLOP/s ({ours['train_gflops'] / rates[precision]:.0%} of a one-thread "
-        f"{precision} matmul)"
-    )
+    for name in (n for n in summary if n != "trl"):
+        what = "same batch, tokens, precision, checkpointing" if table == "identical" else "each at its fastest"
+        print(f"\n{table} settings ({what}): {LABELS[table].get(name, name)} vs TRL")
+        print(f"{'metric':<22}{'ours':>10}{'TRL':>10}{'ours/TRL':>10}")
+        for label, key, fmt in rows:
+            ours, trl = summary[name][key], summary["trl"][key]
+            print(f"{label:<22}{fmt.format(ours):>10}{fmt.format(trl):>10}{ours / trl:>10.2f}")
+        ours = summary[name]
+        print(
+            f"both in {precision}; ours: padding share {ours['padding_share_padded']:.2f} padded -> "
+            f"{ours['padding_share_packed']:.2f} packed; checkpointing {ours['checkpointing']}; training phase "
+            f"{ours['train_gflops']:.1f} GFLOP/s ({ours['train_gflops'] / rates[precision]:.0%} of a one-thread "
+            f"{precision} matmul)"
+        )
 
 
 def main() -> None:
@@ -499,6 +525,7 @@ def main() -> None:
         "fp32 for the tiny model), auto (bf16 where its matmul is BF16_MIN_SPEEDUP x faster here), fp32, bf16",
     )
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help=argparse.SUPPRESS)
+    parser.add_argument("--hf-decoder", help=argparse.SUPPRESS)
     parser.add_argument(
         "--ours-python",
         default=str(OURS_PYTHON) if OURS_PYTHON.exists() else None,
@@ -513,7 +540,7 @@ def main() -> None:
         parser.error(f"--setting {args.setting} needs --model-dir (a local SmolLM2-135M-Instruct folder)")
     args.repeats = args.repeats or SETTINGS[args.setting].get("repeats", 3)
     if args.child:
-        child(args.child, args.setting, args.model_dir, args.tables[0], args.trl_vllm, args.precision)
+        child(args.child, args.setting, args.model_dir, args.tables[0], args.trl_vllm, args.precision, args.hf_decoder)
         return
     model_dir = args.model_dir or save_tiny_model()
     s = SETTINGS[args.setting]
@@ -531,12 +558,12 @@ def main() -> None:
     }
     for table in args.tables:
         precision = table_precision(table, args.setting, args.fastest_precision, rates)
-        runs: dict[str, list] = {"ours": [], "trl": []}
+        runs: dict[str, list] = {name: [] for name in RUNS[table]}
         failures: dict[str, str] = {}
         for repeat in range(args.repeats):
-            for trainer in ("ours", "trl"):
-                print(f"[{table} {repeat + 1}/{args.repeats}] {trainer} ...", file=sys.stderr, flush=True)
-                out = run_child(trainer, args, model_dir, table, precision)
+            for name, (trainer, hf_decoder) in RUNS[table].items():
+                print(f"[{table} {repeat + 1}/{args.repeats}] {name} ...", file=sys.stderr, flush=True)
+                out = run_child(trainer, args, model_dir, table, precision, hf_decoder)
                 if isinstance(out, str) and trainer == "trl" and table == "fastest" and args.trl_vllm:
                     errors = [l for l in out.splitlines() if "Error" in l or "Exception" in l]
                     failures["trl_vllm"] = (errors or out.strip().splitlines())[-1].strip()
@@ -548,7 +575,7 @@ def main() -> None:
                     out = run_child(trainer, args, model_dir, table, precision)
                 if isinstance(out, str):
                     sys.exit(f"{trainer} ({table}) failed:\n{out}")
-                runs[trainer].append(out)
+                runs[name].append(out)
         summary = {name: summarize(r, args.warmup) for name, r in runs.items()}
         results["tables"][table] = {"results": summary, "runs": runs, "failures": failures, "precision": precision}
         print_table(table, summary, precision, rates)

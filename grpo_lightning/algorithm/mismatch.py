@@ -165,6 +165,7 @@ def mismatch_sums(
     trainer_logp, engine_logp = trainer_logp.detach().double(), engine_logp.detach().double()
     d = (trainer_logp - engine_logp) * mask  # padding: d = 0
     p_train, p_eng = trainer_logp.exp() * mask, engine_logp.exp() * mask
+    no_lag = lag is None
     lag = torch.zeros_like(mask) if lag is None else lag.double().expand_as(mask) * mask
     per = {name: (outside.double(), removed.double()) for name, (outside, removed) in flags.items()}
     outside = torch.stack([o for o, _ in per.values()]).amax(dim=0)  # outside at least one band
@@ -173,8 +174,11 @@ def mismatch_sums(
     early = ((position <= EARLY_TOKENS) & (mask > 0)).double()
     seq_real = mask.sum(dim=1) > 0
     seq_lagged = (lag > 0).any(dim=1)
+    own = [f"{name}:{k}" for name in per for k in PER_CORRECTION] if len(per) > 1 else []
     values = []
-    for lagged in (False, True):
+    # Without lags (an engine on the trainer's weights) no sequence is lagged: that group's sums are
+    # 0 and its extremes -inf, as computing them over no token gives, at no cost.
+    for lagged in (False, True) if not no_lag else (False,):
         seq_on = (seq_real & (seq_lagged == lagged)).double()
         group_mask = mask * seq_on[:, None]
         values += _group_sums(d, engine_logp * mask, p_train, p_eng, group_mask, seq_on, outside, masked, early)
@@ -182,7 +186,8 @@ def mismatch_sums(
             values += [v for o, r in per.values() for v in _flag_sums(o, r, group_mask, seq_on)]
     values += [lag.sum(), lag.amax() if lag.numel() else lag.new_zeros(())]
     flat = torch.stack(values).double().tolist()  # the one host read
-    own = [f"{name}:{k}" for name in per for k in PER_CORRECTION] if len(per) > 1 else []
+    if no_lag:
+        flat[-2:-2] = [0.0] * len(SUMS) + [-math.inf] * len(MAXES) + [0.0] * len(own)
     keys = [f"{g}_{k}" for g in GROUPS for k in (*SUMS, *MAXES, *own)] + ["lag_sum", "lag_max"]
     return dict(zip(keys, flat, strict=True))
 

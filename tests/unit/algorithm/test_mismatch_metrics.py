@@ -148,3 +148,22 @@ def test_the_step_hook_counts_lags_from_the_token_versions_and_skips_engines_wit
     assert metrics["mismatch/version_lag_mean"] == pytest.approx((1 + 2 * 3) / 9)
     batch.engine_logprobs = None
     assert measure_mismatch(batch, trainer, 5, []) == {}
+
+
+@pytest.mark.parametrize("several_corrections", [False, True])
+def test_without_lags_the_empty_lagged_group_reads_as_if_computed(several_corrections):
+    """lag=None skips the lagged group's arithmetic: every total equals the one computed over all-zero lags."""
+    names = ["tis_token", "icepop"] if several_corrections else []
+    for seed in range(60):
+        trainer, engine, mask, _ = _case(seed)
+        flags = (
+            correction_flags([CORRECTIONS[n](CORRECTIONS.options(n)()) for n in names], trainer, engine, mask)
+            if names
+            else None
+        )
+        got = mismatch_sums(trainer, engine, mask, None, flags)
+        want = mismatch_sums(trainer, engine, mask, torch.zeros(mask.shape, dtype=torch.long), flags)
+        assert list(got) == list(want)
+        assert all(
+            a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(got.values(), want.values(), strict=True)
+        )
