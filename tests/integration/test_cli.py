@@ -68,11 +68,3 @@ def test_cli_multirun_over_loss_modes(tmp_path):
         assert len([r for r in read_metrics(tmp_path / "sweep" / job) if r.get("reward/mean")]) == 3
     modes = [(tmp_path / "sweep" / j / ".hydra" / "overrides.yaml").read_text() for j in ("0", "1")]
     assert "token_mean" in modes[0] and "seq_mean_token_mean" in modes[1]
-
-
-def test_cli_wandb_logger_writes_an_offline_run(tmp_path):
-    result = train(*SHORT, "logger=wandb", f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1
-    assert list(runs[0].glob("*.wandb")), "the offline run holds no history file"
