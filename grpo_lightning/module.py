@@ -258,6 +258,7 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
 
     def _guarded_step(self, stats: PassStats, result: StepResult) -> None:
         """Step only with a finite loss and gradient; otherwise leave weights and optimizer untouched."""
+        trim_heap()  # the backward's freed blocks back to the OS before the optimizer's state and temporaries
         optimizer = self.optimizers()
         params = [p for p in self.policy.parameters() if p.grad is not None]
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params]) if params else torch.tensor(0.0)
