@@ -7,7 +7,9 @@ that process) that trains ``--steps`` GRPO steps on the same model files, prompt
 batch (4 prompts x 8 completions x 32 tokens), beta, loss aggregation and learning rate as
 ``trl_vs_ours.py``. Reported per run: peak RSS, the RSS after imports and before the model
 loads (the interpreter, torch, transformers: the same for every run of one trainer), the
-peak above that baseline, and that peak divided by the number of trained parameters, and
+peak above that baseline, and that peak divided by the number of trained parameters, the
+peak when training ended (ours then exports the model to ``hf/final``, which TRL's run with
+``save_strategy="no"`` does not: the process peak includes that export, the training peak not), and
 whether large CPU tensors were on huge pages (ours: on, as trainer.huge_pages asks by default; TRL:
 off, its default, and on in the ``trl-*-thp`` runs).
 
@@ -58,11 +60,26 @@ PAIRS = [
 ]
 
 
-def current_rss_mb() -> float:
+def current_rss_mb(field: str = "VmRSS") -> float:
+    """``/proc/self/status``'s ``field`` in MB: VmRSS now, VmHWM the peak so far."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def training_peak_callback():
+    """Records the peak RSS when training ends, before our run's export of the model (hf/final)
+    adds its merged copy of the weights: TRL's run (``save_strategy="no"``) writes nothing."""
+    import lightning as L
+
+    class TrainingPeak(L.Callback):
+        peak_mb = float("nan")
+
+        def on_train_end(self, trainer, pl_module) -> None:
+            TrainingPeak.peak_mb = current_rss_mb("VmHWM")
+
+    return TrainingPeak()
 
 
 def run_ours(model_dir: str, dtype: str, lora: bool, beta: float, checkpointing: bool, steps: int) -> dict:
@@ -77,12 +94,14 @@ def run_ours(model_dir: str, dtype: str, lora: bool, beta: float, checkpointing:
     if lora:
         cfg.model.lora.rank, cfg.model.lora.alpha, cfg.model.lora.dropout = LORA["rank"], LORA["alpha"], LORA["dropout"]
     cfg.health.enabled = True
-    run = build_run(cfg)
+    peak = training_peak_callback()  # before the run's checkpoint callback, which exports at train end
+    run = build_run(cfg, callbacks=[peak])
     policy = run.module.policy
     start = time.perf_counter()
     run.trainer(cfg, enable_progress_bar=False, limit_val_batches=0).fit(run.module, datamodule=run.datamodule)
     return {
         "seconds": time.perf_counter() - start,
+        "training_peak_rss_mb": peak.peak_mb,
         "trained_params": sum(p.numel() for p in policy.parameters() if p.requires_grad),
         "reference": type(run.module.reference).__name__ if run.module.reference is not None else None,
     }
@@ -124,6 +143,7 @@ def run_trl(model_dir: str, dtype: str, lora: bool, beta: float, checkpointing: 
     trainer.train()
     return {
         "seconds": time.perf_counter() - start,
+        "training_peak_rss_mb": current_rss_mb("VmHWM"),  # nothing is saved (save_strategy="no")
         "trained_params": sum(p.numel() for p in trainer.model.parameters() if p.requires_grad),
         "reference": type(reference).__name__ if reference is not None else None,
         "reference_dtype": str(next(reference.parameters()).dtype) if reference is not None else None,
@@ -208,19 +228,22 @@ def main() -> None:
             results[key] = measure(name, model_dir, checkpointing, args.steps)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"dims": DIMS, "lora": LORA, "results": results}, indent=2))
-    print(f"{'run':<32}{'peak RSS MB':>12}{'above base':>12}{'trained':>12}{'B/param':>10}  reference")
+    print(f"{'run':<32}{'peak RSS MB':>12}{'training':>10}{'above base':>12}{'trained':>12}{'B/param':>10}  reference")
     for key, r in results.items():
         print(
-            f"{key:<32}{r['peak_rss_mb']:>12.0f}{r['above_baseline_mb']:>12.0f}{r['trained_params']:>12,}"
+            f"{key:<32}{r['peak_rss_mb']:>12.0f}{r.get('training_peak_rss_mb', float('nan')):>10.0f}"
+            f"{r['above_baseline_mb']:>12.0f}{r['trained_params']:>12,}"
             f"{r['bytes_per_trained_param']:>10.1f}  {r['reference']}"
         )
     for ours, trl in PAIRS:
         for ckpt in ("on", "off"):
             a, b = results.get(f"{ours} ckpt={ckpt}"), results.get(f"{trl} ckpt={ckpt}")
             if a and b:
+                training = a.get("training_peak_rss_mb", float("nan")) / b.get("training_peak_rss_mb", float("nan"))
                 print(
                     f"{ours} / {trl} (ckpt {ckpt}): peak RSS {a['peak_rss_mb'] / b['peak_rss_mb']:.2f}, "
-                    f"above baseline {a['above_baseline_mb'] / b['above_baseline_mb']:.2f}"
+                    f"above baseline {a['above_baseline_mb'] / b['above_baseline_mb']:.2f}, "
+                    f"training peak {training:.2f}"
                 )
     print(f"wrote {path}")
 

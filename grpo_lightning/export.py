@@ -16,6 +16,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
+from grpo_lightning.models.allocator import trim_heap
 from grpo_lightning.models.lora import is_peft_model, save_adapter, save_merged
 
 ADAPTER_FOLDER = "adapter"  # a LoRA policy's adapter folder, inside the exported one
@@ -31,6 +32,7 @@ def export_hf(
     when it is sharded (:func:`~grpo_lightning.models.lora.full_state_dict`, gathered on every rank).
     """
     folder = Path(folder)
+    trim_heap()  # the training passes' freed blocks back to the OS before the merged copies are made
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = folder.parent / f".{folder.name}.tmp{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)

@@ -56,6 +56,7 @@ from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.guards import NonFiniteCounters, NonFiniteTrainingError
 from grpo_lightning.metrics import CALLBACK_METRICS, StepTotals, log_callback_metrics, step_metrics
 from grpo_lightning.micro_batches import frozen_log_probs, micro_batches
+from grpo_lightning.models.allocator import trim_heap
 from grpo_lightning.models.auto_checkpointing import CheckpointingChoice, choose_checkpointing, set_checkpointing
 from grpo_lightning.models.forward import CompletionLogProbs
 from grpo_lightning.models.lora import AdapterDisabledReference, is_peft_model, reference_model
@@ -202,6 +203,7 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
         step = self.trainer.fit_loop.total_batch_idx
         self.rollout.trainer_version = self.global_step  # the weights a batch's staleness is counted from
         rollout = self.rollout.rollout_for_step(batch, step=step, rank=self.global_rank)
+        trim_heap()  # generation's freed blocks back to the OS before the training passes (allocator.py)
         return rollout.to(self.device)
 
     def prepare(self, rollout: RolloutBatch) -> PreparedBatch:
@@ -256,6 +258,7 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
 
     def _guarded_step(self, stats: PassStats, result: StepResult) -> None:
         """Step only with a finite loss and gradient; otherwise leave weights and optimizer untouched."""
+        trim_heap()  # the backward's freed blocks back to the OS before the optimizer's state and temporaries
         optimizer = self.optimizers()
         params = [p for p in self.policy.parameters() if p.grad is not None]
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params]) if params else torch.tensor(0.0)
@@ -286,6 +289,7 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
             self.counters.record_skip(reason)
             result.skipped.append(reason)
         optimizer.zero_grad(set_to_none=True)
+        trim_heap()  # the passes' freed blocks back to the OS before the next rollout (allocator.py)
         if self.counters.consecutive_skips >= self.cfg.max_consecutive_skips:
             raise NonFiniteTrainingError(self.counters.diagnosis(reason, self.global_step, self.cfg.lr, self.cfg.beta))
 

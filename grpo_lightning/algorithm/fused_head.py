@@ -13,8 +13,8 @@ chunk's logits and turns them into their gradient in place::
     d logp_i / d z_i = onehot(y_i) - softmax(z_i)          (z = h W^T / temperature)
     dh = (dz / temperature) W,  dW = (dz / temperature)^T h,  db = sum of dz / temperature
 
-so one [rows, vocab] block exists at a time in each direction (two while the entropy
-diagnostic is computed). The matmuls are those of checkpointing: one in the forward, the
+so one [rows, vocab] block exists at a time in each direction (the entropy diagnostic's
+temporaries are made a few rows at a time). The matmuls are those of checkpointing: one in the forward, the
 recomputed logits plus ``dh`` (and ``dW`` when the head trains) in the backward.
 
 A row whose logits are not all finite gets log-prob 0, ``finite=False`` and no gradient,
@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 
 _SIXTEEN_BIT = (torch.bfloat16, torch.float16)
+# The entropy's temporaries (two of them) per block of rows; see _entropy_rows.
+ENTROPY_BLOCK_BYTES = 8 << 20
 
 
 def tf32_is_lossless(weight_dtype: torch.dtype, device_type: str, autocast_dtype: torch.dtype | None = None) -> bool:
@@ -79,6 +81,25 @@ def _chunk_logits(
     return z, row_ok
 
 
+def _entropy_rows(z: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Entropy of each row of ``z`` (already ``z - max``) into ``out``; returns the rows' ``sum(exp(z))``.
+
+    H = log s - sum(e * z) / s, with e = exp(z), s = sum(e). ``e`` and the product ``e * z``
+    are [rows, vocab] temporaries: made ``ENTROPY_BLOCK_BYTES`` of rows at a time instead of
+    two more blocks the size of ``z``. Each row's arithmetic is the same either way.
+    """
+    rows, vocab = z.shape
+    total = z.new_empty(rows)
+    step = max(1, ENTROPY_BLOCK_BYTES // (z.element_size() * vocab))
+    for start in range(0, rows, step):
+        block = z[start : start + step]
+        e = block.exp()
+        s = e.sum(dim=-1)
+        total[start : start + step] = s
+        out[start : start + step] = s.log() - torch.linalg.vecdot(e, block) / s
+    return total
+
+
 class FusedHeadLogProbs(torch.autograd.Function):
     """``log softmax(F.linear(hidden, weight, bias) / temperature)[targets]`` for [N, H] rows.
 
@@ -100,11 +121,8 @@ class FusedHeadLogProbs(torch.autograd.Function):
             chosen = z.gather(-1, targets[start:end, None]).squeeze(-1)
             peak = z.amax(dim=-1, keepdim=True)
             z.sub_(peak)  # z - max: exp cannot overflow
-            if with_entropy:  # H = log s - sum(e * (z - max)) / s, with e = exp(z - max), s = sum(e)
-                e = z.exp()
-                total = e.sum(dim=-1)
-                entropy[start:end] = total.log() - torch.linalg.vecdot(e, z) / total
-                del e
+            if with_entropy:
+                total = _entropy_rows(z, entropy[start:end])
             else:
                 total = z.exp_().sum(dim=-1)
             row_lse = total.log() + peak.squeeze(-1)

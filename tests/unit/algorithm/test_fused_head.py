@@ -141,3 +141,23 @@ def test_tf32_block_sets_tf32_inside_and_restores_the_users_setting(user_setting
         assert matmul.fp32_precision == user_setting
     finally:
         matmul.fp32_precision = before
+
+
+@pytest.mark.parametrize("case", range(40))
+def test_entropy_by_blocks_of_rows_is_bit_identical_to_the_whole_chunk(case, monkeypatch):
+    """The entropy's temporaries are made a block of rows at a time: each row's arithmetic is the
+    same, so the values must be equal bit for bit to the one-block computation, at any block size."""
+    from grpo_lightning.algorithm import fused_head
+
+    g = torch.Generator().manual_seed(case)
+    rows, vocab = int(torch.randint(1, 200, (), generator=g)), int(torch.randint(2, 3000, (), generator=g))
+    dtype = torch.float64 if case % 4 == 0 else torch.float32
+    z = torch.randn(rows, vocab, generator=g, dtype=dtype) * float(torch.rand((), generator=g) * 30)
+    z -= z.amax(dim=-1, keepdim=True)
+    e = z.exp()
+    total = e.sum(dim=-1)
+    want = total.log() - torch.linalg.vecdot(e, z) / total
+    monkeypatch.setattr(fused_head, "ENTROPY_BLOCK_BYTES", int(torch.randint(1, 4 * rows * vocab * 8, (), generator=g)))
+    got = torch.empty(rows, dtype=dtype)
+    got_total = fused_head._entropy_rows(z, got)
+    assert torch.equal(got, want) and torch.equal(got_total, total)
