@@ -119,28 +119,49 @@ def release_freed_memory(threshold: int = DEFAULT_THRESHOLD) -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, int(threshold)))
 
 
-_LIBC: list = []  # the loaded libc's malloc_trim (or None where there is none), once per process
+TRIM_MIN_FREE_BYTES = 64 << 20  # less free heap than this is not worth malloc_trim's milliseconds
 
 
-def trim_heap() -> bool:
-    """Hand glibc's free heap pages back to the OS (``malloc_trim(0)``); False where there is no glibc.
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (2.33+): ``fordblks`` is the free bytes the heap holds."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
+    ] + [("keepcost", ctypes.c_size_t)]
+
+
+_LIBC: dict = {}  # the loaded libc's malloc_trim and mallinfo2 (None where missing), once per process
+
+
+def _libc_function(name: str, restype, argtypes):
+    try:
+        function = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+    function.restype, function.argtypes = restype, argtypes
+    return function
+
+
+def trim_heap(min_free_bytes: int = TRIM_MIN_FREE_BYTES) -> bool:
+    """Hand glibc's free heap pages back to the OS (``malloc_trim(0)``) when the heap holds at
+    least ``min_free_bytes`` free; True when it trimmed, False where there is no glibc or too
+    little to give back.
 
     Called between a step's phases (after the rollout, after the optimizer step, before an
     export): the blocks one phase freed stay resident in the heap, and the next phase's
     differently sized (huge-page aligned) tensors often cannot reuse them, so without it the
-    peak is the sum of the phases' leftovers. It changes no tensor; the cost is a few
-    milliseconds and the page faults of memory touched again.
+    peak is the sum of the phases' leftovers. It changes no tensor. A trim walks the whole heap
+    (about a millisecond) and memory touched again costs page faults, so a small model's step,
+    whose heap holds a few MB free, skips it (reading the free bytes costs microseconds).
     """
     if not _LIBC:
-        trim = None
-        if sys.platform.startswith("linux"):
-            try:
-                trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-                trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-            except (OSError, AttributeError):
-                trim = None
-        _LIBC.append(trim)
-    if _LIBC[0] is None:
+        linux = sys.platform.startswith("linux")
+        _LIBC["trim"] = _libc_function("malloc_trim", ctypes.c_int, [ctypes.c_size_t]) if linux else None
+        _LIBC["info"] = _libc_function("mallinfo2", _MallInfo2, []) if linux else None
+    if _LIBC["trim"] is None:
         return False
-    _LIBC[0](0)
+    if _LIBC["info"] is not None and _LIBC["info"]().fordblks < min_free_bytes:
+        return False
+    _LIBC["trim"](0)
     return True
