@@ -6,11 +6,12 @@ selects one); a new one is one decorated function of the clamped log-ratio.
 **The gradient.** The tokens are sampled from the policy, so the gradient of an estimate is not
 the gradient of its expectation: k3's, ``(1 - ref / pi) grad log pi``, averages to the gradient
 of the *forward* KL(ref || policy), whose pull on a token the policy has made likely is bounded
-(by 1, however far above the reference it is), and k1's averages to 0. :func:`ratio_weighted`
-multiplies an unbiased estimate (k1, k3: :data:`UNBIASED`) by ``pi / pi_old`` (1 in value on
-the first pass); its gradient is then ``log(pi / ref) grad log pi`` (times the ratio), that of
-the reverse KL(policy || ref) the loss reports (``algorithm.kl_bias_correction``, TRL's
-``use_bias_correction_kl``). k2's own gradient is that one already.
+(by 1, however far above the reference it is), k1's averages to 0, and k3's clamp cuts it off
+where the policy fell far below the reference. :func:`ratio_weighted` gives the term the value
+``estimate x pi / pi_old`` (the ratio is 1 in value on the first pass) and the gradient
+``log(pi / ref) x pi / pi_old x grad log pi``, that of the reverse KL(policy || ref) the loss
+reports, whatever the estimator (``algorithm.kl_bias_correction``; TRL's
+``use_bias_correction_kl``, which multiplies its unclamped k3 by the ratio, has that gradient too).
 """
 
 from __future__ import annotations
@@ -46,17 +47,14 @@ def k3(log_ratio: torch.Tensor) -> torch.Tensor:
     return (torch.exp(-log_ratio) + log_ratio - 1.0).clamp(min=0.0, max=K3_OUTPUT_CLAMP)
 
 
-UNBIASED = ("k1", "k3")  # estimators whose value is unbiased: their expectation's gradient needs the ratio
-
-
-def ratio_weighted(kl: torch.Tensor, logp: torch.Tensor, old_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
-    """``kl x pi / pi_old`` per token, the ratio's gradient through ``logp`` (log-ratio clamped to
-    [-20, 20]: padding and dropped rows stay finite). Where k3 sits at its ceiling (no gradient of
-    its own) the ratio is constant too: alone it would push the token further below the reference."""
+def ratio_weighted(
+    kl: torch.Tensor, logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor
+) -> torch.Tensor:
+    """Value ``kl x pi / pi_old``, gradient ``log(pi / ref) x pi / pi_old x grad log pi`` per token (the
+    log-ratios clamped to [-20, 20]: padding and dropped rows stay finite, and the gradient bounded)."""
     ratio = torch.exp((logp - old_logp.detach()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-    if kind == "k3":
-        ratio = torch.where(kl < K3_OUTPUT_CLAMP, ratio, ratio.detach())
-    return kl * ratio
+    log_ratio = (logp - ref_logp).detach().clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return (kl * ratio).detach() + log_ratio * (ratio - ratio.detach())
 
 
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:

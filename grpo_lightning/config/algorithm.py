@@ -37,7 +37,7 @@ class AlgorithmConfig(PluginNodes):
     kl_estimator: str = option("k3", "Registered per-token KL estimator: k1, k2, k3 (grpo_lightning/algorithm/kl.py).")
     kl_bias_correction: bool = option(
         True,
-        "Weight the per-token KL by pi/pi_old so its gradient is that of KL(policy||ref) (TRL's use_bias_correction_kl).",
+        "KL gradient log(pi/ref) x pi/pi_old x grad log pi: the reverse KL's (TRL's use_bias_correction_kl); false: the estimate's own.",
     )
     loss_agg: str = option(
         "seq_mean_token_mean",

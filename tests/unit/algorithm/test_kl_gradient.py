@@ -23,7 +23,7 @@ def expected_gradient(logits: torch.Tensor, ref_logp: torch.Tensor, kind: str, c
     logp = torch.log_softmax(logits, -1)
     kl = kl_estimate(logp, ref_logp, kind)
     if corrected:
-        kl = ratio_weighted(kl, logp, logp.detach(), kind)
+        kl = ratio_weighted(kl, logp, logp.detach(), ref_logp)
     (logp.detach().exp() * kl).sum().backward()  # the sampling weights pi(x) carry no gradient
     return logits.grad
 
@@ -35,16 +35,18 @@ def reverse_kl_gradient(logits: torch.Tensor, ref_logp: torch.Tensor) -> torch.T
     return logits.grad
 
 
-@pytest.mark.parametrize("kind", ["k1", "k3"])
-def test_corrected_estimate_has_the_reverse_kl_gradient(kind):
+@pytest.mark.parametrize("kind", ["k1", "k2", "k3"])
+def test_corrected_term_has_the_reverse_kl_gradient(kind):
+    """Whatever the estimator, and where k3 is clamped too (logits spread enough to reach its ceiling)."""
     generator = torch.Generator().manual_seed(0)
+    clamped = 0
     for _ in range(50):
-        logits, ref_logits = torch.randn(2, 7, generator=generator) * 2
+        logits, ref_logits = torch.randn(2, 7, generator=generator) * 3
         ref_logp = torch.log_softmax(ref_logits, -1)
-        if kind == "k3" and (kl_estimate(torch.log_softmax(logits, -1), ref_logp) >= K3_OUTPUT_CLAMP).any():
-            continue  # the ceiling's region is tested below
+        clamped += int((kl_estimate(torch.log_softmax(logits, -1), ref_logp) >= K3_OUTPUT_CLAMP).any())
         want = reverse_kl_gradient(logits, ref_logp)
         assert torch.allclose(expected_gradient(logits, ref_logp, kind, True), want, atol=1e-5)
+    assert clamped > 5
 
 
 def test_uncorrected_k3_has_the_forward_kl_gradient_instead():
@@ -59,14 +61,14 @@ def test_uncorrected_k3_has_the_forward_kl_gradient_instead():
     assert not torch.allclose(got, reverse_kl_gradient(logits, ref_logp), atol=1e-3)
 
 
-def test_k3_at_its_ceiling_gets_no_gradient():
-    """Far below the reference, k3 is clamped: the ratio alone would push the token further down."""
+def test_k3_clamp_bounds_the_value_not_the_gradient():
+    """Far below the reference k3 is clamped; the token is still pulled up, by log(pi / ref)."""
     logp = torch.tensor([-9.0, -0.1], requires_grad=True)
     ref = torch.tensor([-0.1, -0.1])
-    kl = ratio_weighted(kl_estimate(logp, ref), logp, logp.detach())
+    kl = ratio_weighted(kl_estimate(logp, ref), logp, logp.detach(), ref)
     kl.sum().backward()
     assert kl[0] == K3_OUTPUT_CLAMP
-    assert logp.grad[0] == 0.0
+    assert logp.grad.tolist() == pytest.approx([-8.9, 0.0])
 
 
 @pytest.mark.parametrize("corrected", [True, False])
