@@ -107,6 +107,7 @@ def trl_grpo_config(cfg, seed: int, output_dir: str):
         top_p=r.top_p,  # rollout.top_p
         top_k=r.top_k,  # rollout.top_k (0: no truncation)
         beta=a.beta,  # algorithm.beta (TRL's KL is the k3 estimator too: algorithm.kl_estimator k3)
+        use_bias_correction_kl=a.kl_bias_correction,  # algorithm.kl_bias_correction (k3 x pi / pi_old)
         epsilon=a.clip_low,  # algorithm.clip_low
         epsilon_high=a.clip_high,  # algorithm.clip_high
         loss_type="grpo",  # algorithm.loss_agg seq_mean_token_mean (per-sequence token mean)

@@ -24,7 +24,7 @@ import torch
 from grpo_lightning.algorithm.aggregation import aggregate
 from grpo_lightning.algorithm.corrections import CorrectionInputs, apply_corrections, selected_corrections
 from grpo_lightning.algorithm.corrections.base import ImportanceWeights
-from grpo_lightning.algorithm.kl import kl_estimate
+from grpo_lightning.algorithm.kl import kl_estimate, ratio_weighted
 from grpo_lightning.algorithm.packing import PackedMicroBatch, pack_micro_batch
 from grpo_lightning.algorithm.policy_loss import POLICY_LOSSES, PolicyLossInputs
 from grpo_lightning.step import AggregationRecord, TokenLogProbs
@@ -162,6 +162,8 @@ def micro_batch_loss(policy: TokenLogProbs, mb: MicroBatch, prepared: PreparedBa
     loss = policy_term
     if reference is not None:
         kl = kl_estimate(policy.logp, reference.logp, cfg.kl_estimator)
+        if cfg.kl_bias_correction:  # the reverse KL's gradient (algorithm/kl.py)
+            kl = ratio_weighted(kl, policy.logp, old_logp, reference.logp)
         kl_term, aggregation["kl"] = aggregate_term("kl", kl, token_mask, prepared, cfg)
         loss = loss + cfg.beta * kl_term
         kl_sum = (kl.detach() * token_mask).sum()

@@ -35,6 +35,10 @@ class AlgorithmConfig(PluginNodes):
     )
     beta: float = option(0.04, "KL coefficient (>= 0); 0 loads no reference model.")
     kl_estimator: str = option("k3", "Registered per-token KL estimator: k1, k2, k3 (grpo_lightning/algorithm/kl.py).")
+    kl_bias_correction: bool = option(
+        True,
+        "KL gradient log(pi/ref) x pi/pi_old x grad log pi: the reverse KL's (TRL's use_bias_correction_kl); false: the estimate's own.",
+    )
     loss_agg: str = option(
         "seq_mean_token_mean",
         "Registered loss aggregation of the policy and KL terms (grpo_lightning/algorithm/aggregation.py).",

@@ -55,6 +55,9 @@ TRL_NAMES: dict[str, TrlName] = {
     "num_generations": _alias("rollout.num_generations", "Completions per prompt (the group size G)."),
     "max_completion_length": _alias("rollout.max_new_tokens", "Completion budget in tokens."),
     "beta": _alias("algorithm.beta", "KL coefficient; 0 loads no reference model. TRL's default is 0.0, ours 0.04."),
+    "use_bias_correction_kl": _alias(
+        "algorithm.kl_bias_correction", "The KL term's gradient is the reverse KL's. Both default to true."
+    ),
     "epsilon_high": _alias("algorithm.clip_high", "Upper clip of the ratio (DAPO's clip-higher)."),
     "num_iterations": _alias("algorithm.num_iterations", "Optimizer passes over each generation batch (mu)."),
     "temperature": _alias("rollout.temperature", "Sampling temperature; the trainer's log-probs use it too."),
