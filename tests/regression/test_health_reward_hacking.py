@@ -33,6 +33,7 @@ def hacking_run(steps: int, **overrides):
                 "task.rewards": {"test_impossible": 1.0, "test_starts_with_seven": 0.5},
                 "task.correctness_reward": "test_impossible",
                 "algorithm.lr": 3e-3,
+                "algorithm.beta": 0.0,  # nothing holds the policy near its start: the collapse comes fast
                 "rollout.prompts_per_step": 8,
                 **overrides,
             },
