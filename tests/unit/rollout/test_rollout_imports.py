@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch and transformers: seconds
 def test_the_vllm_worker_extension_and_launcher_import_without_lightning():
     code = (
         "import sys\n"
