@@ -105,18 +105,23 @@ def huge_pages_report(requested: bool = True) -> str | None:
     )
 
 
+def _libc_function(name: str, restype, argtypes):
+    """glibc's function ``name`` with its signature set; None off Linux or where libc lacks it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+    function.restype, function.argtypes = restype, argtypes
+    return function
+
+
 def release_freed_memory(threshold: int = DEFAULT_THRESHOLD) -> bool:
     """Fix glibc's mmap threshold at ``threshold`` bytes for this process; False where there is
     no glibc (macOS, Windows, musl) and nothing changed."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, int(threshold)))
+    mallopt = _libc_function("mallopt", ctypes.c_int, [ctypes.c_int, ctypes.c_int])
+    return mallopt is not None and bool(mallopt(M_MMAP_THRESHOLD, int(threshold)))
 
 
 TRIM_MIN_FREE_BYTES = 64 << 20  # less free heap than this is not worth malloc_trim's milliseconds
@@ -134,15 +139,6 @@ class _MallInfo2(ctypes.Structure):
 _LIBC: dict = {}  # the loaded libc's malloc_trim and mallinfo2 (None where missing), once per process
 
 
-def _libc_function(name: str, restype, argtypes):
-    try:
-        function = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
-    except (OSError, AttributeError):
-        return None
-    function.restype, function.argtypes = restype, argtypes
-    return function
-
-
 def trim_heap(min_free_bytes: int = TRIM_MIN_FREE_BYTES) -> bool:
     """Hand glibc's free heap pages back to the OS (``malloc_trim(0)``) when the heap holds at
     least ``min_free_bytes`` free; True when it trimmed, False where there is no glibc or too
@@ -156,9 +152,8 @@ def trim_heap(min_free_bytes: int = TRIM_MIN_FREE_BYTES) -> bool:
     whose heap holds a few MB free, skips it (reading the free bytes costs microseconds).
     """
     if not _LIBC:
-        linux = sys.platform.startswith("linux")
-        _LIBC["trim"] = _libc_function("malloc_trim", ctypes.c_int, [ctypes.c_size_t]) if linux else None
-        _LIBC["info"] = _libc_function("mallinfo2", _MallInfo2, []) if linux else None
+        _LIBC["trim"] = _libc_function("malloc_trim", ctypes.c_int, [ctypes.c_size_t])
+        _LIBC["info"] = _libc_function("mallinfo2", _MallInfo2, [])
     if _LIBC["trim"] is None:
         return False
     if _LIBC["info"] is not None and _LIBC["info"]().fordblks < min_free_bytes:
