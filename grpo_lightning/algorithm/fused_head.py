@@ -13,8 +13,8 @@ chunk's logits and turns them into their gradient in place::
     d logp_i / d z_i = onehot(y_i) - softmax(z_i)          (z = h W^T / temperature)
     dh = (dz / temperature) W,  dW = (dz / temperature)^T h,  db = sum of dz / temperature
 
-so one [rows, vocab] block exists at a time in each direction (the entropy diagnostic's
-temporaries are made a few rows at a time). The matmuls are those of checkpointing: one in the forward, the
+so one [rows, vocab] block exists at a time in each direction (on a CPU the entropy
+diagnostic's temporaries are made a few rows at a time). The matmuls are those of checkpointing: one in the forward, the
 recomputed logits plus ``dh`` (and ``dW`` when the head trains) in the backward.
 
 A row whose logits are not all finite gets log-prob 0, ``finite=False`` and no gradient,
@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 _SIXTEEN_BIT = (torch.bfloat16, torch.float16)
-# The entropy's temporaries (two of them) per block of rows; see _entropy_rows.
+# The entropy's temporaries (two of them) per block of rows on a CPU; see entropy_block_rows.
 ENTROPY_BLOCK_BYTES = 8 << 20
 
 
@@ -81,16 +81,29 @@ def _chunk_logits(
     return z, row_ok
 
 
+def entropy_block_rows(rows: int, vocab: int, element_size: int, device_type: str) -> int:
+    """Rows of a chunk whose entropy temporaries exist at once.
+
+    On a CPU ``ENTROPY_BLOCK_BYTES`` of rows: two more chunk-sized blocks were most of a LoRA
+    step's memory above the weights. On a GPU the whole chunk: there a block of a few rows (13
+    of a 152k vocabulary) made thousands of tiny kernels whose launches the GPU waited for, and
+    the chunk's own size (``algorithm.logprob_chunk_mb``) already bounds the memory.
+    """
+    if device_type != "cpu":
+        return max(1, rows)
+    return max(1, ENTROPY_BLOCK_BYTES // (element_size * vocab))
+
+
 def _entropy_rows(z: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """Entropy of each row of ``z`` (already ``z - max``) into ``out``; returns the rows' ``sum(exp(z))``.
 
     H = log s - sum(e * z) / s, with e = exp(z), s = sum(e). ``e`` and the product ``e * z``
-    are [rows, vocab] temporaries: made ``ENTROPY_BLOCK_BYTES`` of rows at a time instead of
-    two more blocks the size of ``z``. Each row's arithmetic is the same either way.
+    are [rows, vocab] temporaries, made :func:`entropy_block_rows` rows at a time. Each row's
+    arithmetic is the same whatever the block.
     """
     rows, vocab = z.shape
     total = z.new_empty(rows)
-    step = max(1, ENTROPY_BLOCK_BYTES // (z.element_size() * vocab))
+    step = entropy_block_rows(rows, vocab, z.element_size(), z.device.type)
     for start in range(0, rows, step):
         block = z[start : start + step]
         e = block.exp()
@@ -110,6 +123,11 @@ class FusedHeadLogProbs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, temperature: float, chunk_rows: int, with_entropy: bool):
+        with torch.profiler.record_function("fused_head.forward"):  # a profile's table names the head's share
+            return FusedHeadLogProbs._forward(ctx, hidden, weight, bias, targets, temperature, chunk_rows, with_entropy)
+
+    @staticmethod
+    def _forward(ctx, hidden, weight, bias, targets, temperature: float, chunk_rows: int, with_entropy: bool):
         rows, dtype = hidden.shape[0], torch.promote_types(weight.dtype, torch.float32)
         logp = hidden.new_empty(rows, dtype=dtype)
         lse = hidden.new_empty(rows, dtype=dtype)
@@ -141,6 +159,11 @@ class FusedHeadLogProbs(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_logp, _grad_finite, _grad_entropy):
+        with torch.profiler.record_function("fused_head.backward"):
+            return FusedHeadLogProbs._backward(ctx, grad_logp)
+
+    @staticmethod
+    def _backward(ctx, grad_logp):
         hidden, weight, bias, targets, lse, finite = ctx.saved_tensors
         temperature, chunk_rows = ctx.temperature, ctx.chunk_rows
         autocast_on, autocast_dtype = ctx.autocast  # the recomputed logits must be the forward's
