@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from grpo_lightning.algorithm.truncation import Truncation, truncate_logits
 from grpo_lightning.rollout.engine import Sampling
@@ -66,22 +67,58 @@ class SeededSampler:
         # logits' device at the first draw): one vectorized hash instead of one per token.
         self._uniforms: torch.Tensor | None = None
 
-    def _uniform(self, device: torch.device) -> torch.Tensor:
+    def uniform_table(self, device: torch.device) -> torch.Tensor:
+        """Every uniform the rollout's ``max_new_tokens`` draws use, [B, max_new_tokens] on ``device``:
+        column t is draw t's (a recorded decode step reads its column by a device counter)."""
         if self._uniforms is None:
             counters = torch.arange(max(self.sampling.max_new_tokens, 1), dtype=torch.int64)
             self._uniforms = counter_uniforms(self.seeds, counters).to(device)
-        if self.position < self._uniforms.shape[1]:
-            return self._uniforms[:, self.position]
+        return self._uniforms
+
+    def _uniform(self, device: torch.device) -> torch.Tensor:
+        table = self.uniform_table(device)
+        if self.position < table.shape[1]:
+            return table[:, self.position]
         return counter_uniforms(self.seeds, self.position).to(device)
 
     def draw(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Next tokens [B] and their log-probs [B] under the filtered distribution."""
-        z = filter_logits(logits, self.sampling)
-        log_probs = torch.log_softmax(z, dim=-1)
         uniforms = self._uniform(logits.device)
         self.position += 1
-        cdf = log_probs.double().exp().cumsum(dim=-1)
-        tokens = torch.searchsorted(cdf, uniforms[:, None] * cdf[:, -1:]).clamp(max=z.shape[-1] - 1)  # [B, 1]
-        # A token with zero mass can only be hit through float ties at the CDF's edge.
-        tokens = torch.where(torch.isfinite(z.gather(-1, tokens)), tokens, z.argmax(-1, keepdim=True))
-        return tokens[:, 0], log_probs.gather(-1, tokens)[:, 0]
+        return draw_tokens(logits, self.sampling, uniforms)
+
+
+# The inverse CDF goes in two levels: the cumulative sum of blocks of this many tokens' masses,
+# then the cumulative sum inside the one block the uniform falls in. A cumulative sum along a
+# whole vocabulary runs on a GPU as a few thread blocks (one per 16 rows) walking 152k entries.
+CDF_BLOCK = 1024
+
+
+def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """[B, 1]: for each row of float64 masses ``probs`` [B, V], the first token whose cumulative
+    mass reaches ``uniforms`` [B] times the row's total (the searchsorted of a full cumulative
+    sum, summed block by block)."""
+    rows, vocab = probs.shape
+    if vocab <= CDF_BLOCK:  # one block: the plain cumulative sum
+        cdf = probs.cumsum(dim=-1)
+        return torch.searchsorted(cdf, uniforms[:, None] * cdf[:, -1:]).clamp(max=vocab - 1)
+    blocks = -(-vocab // CDF_BLOCK)
+    padded = F.pad(probs, (0, blocks * CDF_BLOCK - vocab)).view(rows, blocks, CDF_BLOCK)
+    block_cdf = padded.sum(dim=-1).cumsum(dim=-1)  # [B, blocks]
+    target = uniforms[:, None] * block_cdf[:, -1:]  # [B, 1]
+    block = torch.searchsorted(block_cdf, target).clamp(max=blocks - 1)
+    before = torch.where(block > 0, block_cdf.gather(-1, (block - 1).clamp(min=0)), 0.0)
+    inside = padded.gather(1, block[:, :, None].expand(rows, 1, CDF_BLOCK))[:, 0].cumsum(dim=-1)  # [B, CDF_BLOCK]
+    offset = torch.searchsorted(inside, target - before).clamp(max=CDF_BLOCK - 1)
+    return (block * CDF_BLOCK + offset).clamp(max=vocab - 1)
+
+
+def draw_tokens(logits: torch.Tensor, sampling: Sampling, uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens [B] drawn by inverse CDF with ``uniforms`` [B] from the filtered ``logits`` [B, V], and
+    their log-probs [B]. No host-side state and no value read back: a CUDA graph can record it."""
+    z = filter_logits(logits, sampling)
+    log_probs = torch.log_softmax(z, dim=-1)
+    tokens = inverse_cdf(log_probs.double().exp(), uniforms)  # [B, 1]
+    # A token with zero mass can only be hit through float ties at the CDF's edge.
+    tokens = torch.where(torch.isfinite(z.gather(-1, tokens)), tokens, z.argmax(-1, keepdim=True))
+    return tokens[:, 0], log_probs.gather(-1, tokens)[:, 0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import pytest
 import torch
 from conftest import PROMPTS, make_generator
 
@@ -149,3 +150,26 @@ def test_counter_uniforms_of_many_counters_at_once_equal_one_call_per_counter():
     draws = [sampler.draw(logits)[0] for _ in range(4)]
     reference = SeededSampler([7, 8], Sampling.from_config(RolloutConfig(max_new_tokens=4)))
     assert all(torch.equal(a, reference.draw(logits)[0]) for a in draws)
+
+
+@pytest.mark.parametrize("case", range(60))
+def test_the_blockwise_inverse_cdf_picks_the_token_a_full_cumulative_sum_picks(case):
+    """The sampler sums the CDF a block of tokens at a time (a GPU scans a 152k vocabulary slowly);
+    the token must be the one the searchsorted of the whole row's cumulative sum gives, at block
+    edges, with masked tokens (zero mass) and for a uniform of 0."""
+    from grpo_lightning.rollout.sampler import CDF_BLOCK, inverse_cdf
+
+    rng = random.Random(case)
+    g = torch.Generator().manual_seed(case)
+    rows = rng.randint(1, 8)
+    vocab = rng.choice([1, 2, 5, CDF_BLOCK - 1, CDF_BLOCK, CDF_BLOCK + 1, 3 * CDF_BLOCK + 7, 49152, 151936])
+    z = torch.randn(rows, vocab, generator=g) * rng.choice([0.1, 1.0, 5.0, 30.0])
+    if rng.random() < 0.3:  # a top-k / top-p filter's -inf entries
+        z[torch.rand(rows, vocab, generator=g) < 0.9] = float("-inf")
+        z[:, rng.randrange(vocab)] = 0.0
+    probs = torch.log_softmax(z, dim=-1).double().exp()
+    uniforms = torch.rand(rows, generator=g, dtype=torch.float64)
+    uniforms[0] = 0.0 if case % 5 == 0 else uniforms[0]
+    cdf = probs.cumsum(dim=-1)
+    want = torch.searchsorted(cdf, uniforms[:, None] * cdf[:, -1:]).clamp(max=vocab - 1)
+    assert torch.equal(inverse_cdf(probs, uniforms), want)
