@@ -15,6 +15,12 @@ With ``model.compile=true`` the step is also compiled (``torch.compile``, induct
 recorded: inductor fuses the norms, casts and activations between the matmuls into fewer
 kernels, for one compilation per rollout shape (the first rollouts pay it).
 
+After the checked first rollout, :class:`SampledGraphLoop` records more than the step: the draw
+from the seeded streams, the padding of rows that ended and the writing of each token and its
+log-prob into the rollout's buffers join the same graph, so a token is one launch and no Python
+work (the host is free for what runs beside decoding; on a GPU the GPU's own time decides the
+speed either way: docs/performance.md).
+
 It accepts what the fused layers compute (:func:`layout_support`: Llama-family layouts), in
 any float dtype and at any size. The engine checks the prefill and the first step of its first
 rollout against the model's forward (:func:`check_tolerance`), as for the fused decoder.
@@ -30,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from grpo_lightning.rollout.fused_decode import FUSED_CHECK_ATOL, FusedDecoder, FusedWeights, layout_support
+from grpo_lightning.rollout.sampler import SeededSampler, draw_tokens
 
 # 16-bit weights: the fused layers round in another order than the model's forward (fused
 # matmuls, float32 rotary); the check accepts differences up to this share of the largest logit.
@@ -137,6 +144,82 @@ class GraphDecoder(StaticDecoder):
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self._logits_out = step(self, self._tokens)
+
+
+class SampledGraphLoop:
+    """Draws a token for every row, records it, and runs the decoder's step on it: one unit,
+    replayed as a CUDA graph per token on a GPU (eagerly on a CPU).
+
+    It computes what the engine's loop computes (the same :func:`draw_tokens` on the same
+    streams' uniforms, ended rows padded), reading its position from a device counter:
+    ``tokens`` and ``logprobs`` [B, max_new_tokens] fill column by column, ``ended`` [B] says
+    which rows drew their EOS. ``logits`` are the prefill's.
+    """
+
+    def __init__(
+        self,
+        decoder: GraphDecoder,
+        sampler: SeededSampler,
+        logits: torch.Tensor,
+        pad_token_id: int,
+        eos_token_id: int,
+    ):
+        batch, device = logits.shape[0], logits.device
+        columns = max(sampler.sampling.max_new_tokens, 1)
+        self.decoder, self.sampling = decoder, sampler.sampling
+        self.uniforms = sampler.uniform_table(device)  # [B, columns]
+        self.logits = logits.clone()  # the next draw's logits: the graph's input and output buffer
+        self.tokens = torch.full((batch, columns), pad_token_id, dtype=torch.long, device=device)
+        self.logprobs = torch.zeros(batch, columns, dtype=torch.float32, device=device)
+        self.ended = torch.zeros(batch, dtype=torch.bool, device=device)
+        self.column = torch.zeros(1, dtype=torch.long, device=device)  # the next draw's column
+        self.pad_token_id, self.eos_token_id = pad_token_id, eos_token_id
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    def draw(self) -> torch.Tensor:
+        """Draws the next column's tokens [B] from ``logits`` and records them."""
+        uniforms = self.uniforms.index_select(1, self.column)[:, 0]
+        token, logprob = draw_tokens(self.logits, self.sampling, uniforms)
+        token = torch.where(self.ended, self.pad_token_id, token)  # as generate pads ended rows
+        self.tokens.index_copy_(1, self.column, token[:, None])
+        self.logprobs.index_copy_(1, self.column, logprob[:, None].float())
+        self.ended |= token == self.eos_token_id
+        self.column.add_(1)
+        return token
+
+    def _unit(self, step) -> None:
+        self.logits.copy_(step(self.decoder, self.draw()))
+
+    @torch.no_grad()
+    def draw_and_step(self) -> None:
+        """Draws the next tokens and computes the logits of the draw after them."""
+        self.decoder._count_step()
+        self.decoder.written += 1
+        if self.logits.device.type != "cuda":
+            self._unit(StaticDecoder._static_step)
+            return
+        if self.graph is None:
+            self._record()
+        self.graph.replay()
+
+    def _record(self) -> None:
+        """Runs the unit once on a side stream (compiling the step if asked; cuBLAS picks its
+        kernels there, which a capture may not), puts every counter and buffer it moved back,
+        then records it."""
+        step = _compiled_step() if self.decoder.compiled else StaticDecoder._static_step
+        moved = [self.decoder.slot, self.decoder.step_index, self.column, self.ended, self.logits]
+        saved = [tensor.clone() for tensor in moved]
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Torchinductor does not support code generation for complex")
+            self._unit(step)  # the cache slot and column it writes are written again by the first replay
+        torch.cuda.current_stream().wait_stream(stream)
+        for tensor, before in zip(moved, saved, strict=True):
+            tensor.copy_(before)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self._unit(step)
 
 
 @functools.cache

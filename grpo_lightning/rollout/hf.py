@@ -28,7 +28,12 @@ from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.sharding import is_sharded
 from grpo_lightning.rollout.engine import ENGINES, Completion, EngineBase, GenerationRequest, Sampling
 from grpo_lightning.rollout.fused_decode import FusedDecoder, FusedWeights, fused_decode_support
-from grpo_lightning.rollout.graph_decode import GraphDecoder, check_tolerance, graph_decode_support
+from grpo_lightning.rollout.graph_decode import (
+    GraphDecoder,
+    SampledGraphLoop,
+    check_tolerance,
+    graph_decode_support,
+)
 from grpo_lightning.rollout.sampler import SeededSampler
 
 
@@ -218,6 +223,9 @@ class HFEngine(EngineBase):
         progress = self._progress(requests, sampling)
         decoder = self._decoder(mask, sampling.max_new_tokens - 1)
         logits = decoder.prefill(prompt_ids)
+        if isinstance(decoder, GraphDecoder):  # checked already: the draw joins the recorded step
+            loop = SampledGraphLoop(decoder, sampler, logits, self.pad_token_id, self.eos_token_id)
+            return self._sampled_graph_chunk(loop, progress)
         ended = torch.zeros(len(requests), dtype=torch.bool, device=device)
         tokens, logprobs = [], []
         check_every = self.check_every(device)
@@ -233,6 +241,23 @@ class HFEngine(EngineBase):
             logits = decoder.step(token)
         progress.close()
         return self._completions(torch.stack(tokens, dim=1).cpu(), torch.stack(logprobs, dim=1).cpu())
+
+    def _sampled_graph_chunk(self, loop: SampledGraphLoop, progress) -> list[Completion]:
+        """:meth:`_decode_chunk`'s loop with the draw inside the graph decoder's recorded step."""
+        max_new_tokens = loop.tokens.shape[1]
+        check_every = self.check_every(loop.logits.device)
+        drawn = 0
+        while drawn < max_new_tokens:
+            if drawn == max_new_tokens - 1:
+                loop.draw()  # the last token needs no step after it
+            else:
+                loop.draw_and_step()
+            drawn += 1
+            progress.update()
+            if drawn % check_every == 0 and bool(loop.ended.all()):
+                break
+        progress.close()
+        return self._completions(loop.tokens[:, :drawn].cpu(), loop.logprobs[:, :drawn].cpu())
 
     def check_every(self, device: torch.device) -> int:
         """Tokens between the loop's checks for ended rows on ``device`` (1 on a CPU: no idle GPU)."""
