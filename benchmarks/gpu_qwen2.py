@@ -21,9 +21,11 @@ replayed as a CUDA graph) and reports, over the steps after ``--warmup``:
   both the GPU's dense bf16 peak (``--peak-tflops``) and a bf16 8192^3 matmul measured at the
   start of the same run, on the same GPU;
 - HF generate's completion tokens per second;
-- with ``--profile``: the top CUDA kernels of the last step's training phase and the top
-  CPU operators of the generation of the step before, each with the time the GPU was busy
-  against the wall time (those two steps are left out of the timings above).
+- with ``--profile``: the top CUDA kernels of the last step's training phase (and their GPU
+  time by kind: matmuls, attention, compiled Triton kernels, reductions, elementwise and
+  copies, the optimizer; and the GPU time of the fused output head's forward and backward)
+  and the top CPU operators of the generation of the step before, each with the time the GPU
+  was busy against the wall time (those two steps are left out of the timings above).
 
 The reward (``benchmark_hash``) is a hash of the completion text: random weights solve no
 task, and a constant reward would leave every group without signal, which is not the step
@@ -146,6 +148,8 @@ def our_config(args, name: str, model_dir: str):
     cfg.task.chat_template = False
     cfg.algorithm.beta, cfg.algorithm.lr = 0.04, 1e-5
     cfg.algorithm.micro_batch_size = args.micro_batch or args.prompts * args.generations
+    if args.logprob_chunk_mb:
+        cfg.algorithm.logprob_chunk_mb = args.logprob_chunk_mb
     cfg.trainer.accelerator, cfg.trainer.precision, cfg.trainer.strategy = args.accelerator, precision, strategy
     cfg.trainer.max_steps, cfg.trainer.num_threads = args.steps, 1 if args.device == "cpu" else 0
     cfg.trainer.output_dir, cfg.logger.kind = tempfile.mkdtemp(), "none"
@@ -236,6 +240,32 @@ def tf32_head_check(device: str) -> dict | None:
             fused_head.tf32_is_lossless = real
         out[f"{label}_rel_err"] = float((got - reference).norm() / reference.norm())
     return out
+
+
+# Kernel names -> what they do, first match wins (cuBLAS / nvjet / CUTLASS matmuls, SDPA's
+# attention kernels, inductor's fused Triton kernels, the optimizer's multi-tensor kernels).
+KERNEL_KINDS = (
+    ("matmul", ("gemm", "nvjet", "xmma", "cutlass", "wgmma", "splitk")),
+    ("attention", ("flash", "fmha", "attention", "efficient")),
+    ("optimizer", ("multi_tensor", "adam", "foreach")),
+    ("compiled (triton)", ("triton",)),
+    ("reductions", ("reduce", "softmax", "norm", "scan")),
+    ("elementwise and copies", ("elementwise", "copy", "memcpy", "memset", "fill", "index", "scatter", "gather", "cat")),
+)
+# record_function ranges of the step whose GPU time the profile reports on its own.
+PROFILED_RANGES = ("fused_head.forward", "fused_head.backward", "Optimizer.step#AdamW.step")
+
+
+def kernel_kinds(events) -> dict[str, float]:
+    """Seconds of GPU time per kind of kernel (:data:`KERNEL_KINDS`) in a profile's averages."""
+    seconds: dict[str, float] = {}
+    for event in events:
+        if event.self_cpu_time_total > 0 or event.self_device_time_total <= 0 or event.key in PROFILED_RANGES:
+            continue  # an operator or a range (their kernels are listed on their own), or no GPU time
+        name = event.key.lower()
+        kind = next((k for k, words in KERNEL_KINDS if any(w in name for w in words)), "other")
+        seconds[kind] = seconds.get(kind, 0.0) + event.self_device_time_total / 1e6
+    return dict(sorted(seconds.items(), key=lambda item: -item[1]))
 
 
 def run_config(args, name: str, model_dir: str) -> dict:
@@ -355,6 +385,12 @@ def run_config(args, name: str, model_dir: str) -> dict:
                 {
                     "wall_s": wall,
                     "device_busy_s": kernel_us / 1e6 if cuda else None,
+                    "by_kind": kernel_kinds(events) if cuda else None,
+                    "ranges_s": {
+                        e.key: e.device_time_total / 1e6 if cuda else e.cpu_time_total / 1e6
+                        for e in events
+                        if e.key in PROFILED_RANGES
+                    },
                     "table": events.table(sort_by="self_" + attr, row_limit=25),
                     "top": [{"name": e.key, "self_s": getattr(e, "self_" + attr) / 1e6, "count": e.count} for e in top],
                 }
@@ -467,6 +503,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1, help="first steps left out of the summary")
     parser.add_argument("--profile", action="store_true", help="profile the last step's training phase")
+    parser.add_argument(
+        "--logprob-chunk-mb", type=float, default=0, help="algorithm.logprob_chunk_mb (0: the default)"
+    )
     parser.add_argument("--peak-tflops", type=float, default=H100_BF16_DENSE_TFLOPS, help="the GPU's dense bf16 peak")
     parser.add_argument("--out", default="benchmarks/results/gpu_qwen2.json")
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
@@ -513,6 +552,8 @@ def main() -> None:
             args.checkpointing,
             "--steps",
             str(args.steps),
+            "--logprob-chunk-mb",
+            str(args.logprob_chunk_mb),
         ] + (["--profile"] if args.profile else [])
         print(f"== {name}", file=sys.stderr, flush=True)
         done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
@@ -527,6 +568,8 @@ def main() -> None:
         print(json.dumps(result["summary"], indent=1), flush=True)
         if result["profile"].get("table"):
             print(result["profile"]["table"], flush=True)
+            kinds = {key: result["profile"].get(key) for key in ("wall_s", "device_busy_s", "by_kind", "ranges_s")}
+            print(json.dumps(kinds, indent=1), flush=True)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=1))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
