@@ -250,7 +250,10 @@ KERNEL_KINDS = (
     ("optimizer", ("multi_tensor", "adam", "foreach")),
     ("compiled (triton)", ("triton",)),
     ("reductions", ("reduce", "softmax", "norm", "scan")),
-    ("elementwise and copies", ("elementwise", "copy", "memcpy", "memset", "fill", "index", "scatter", "gather", "cat")),
+    (
+        "elementwise and copies",
+        ("elementwise", "copy", "memcpy", "memset", "fill", "index", "scatter", "gather", "cat"),
+    ),
 )
 # record_function ranges of the step whose GPU time the profile reports on its own.
 PROFILED_RANGES = ("fused_head.forward", "fused_head.backward", "Optimizer.step#AdamW.step")
@@ -503,9 +506,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1, help="first steps left out of the summary")
     parser.add_argument("--profile", action="store_true", help="profile the last step's training phase")
-    parser.add_argument(
-        "--logprob-chunk-mb", type=float, default=0, help="algorithm.logprob_chunk_mb (0: the default)"
-    )
+    parser.add_argument("--logprob-chunk-mb", type=float, default=0, help="algorithm.logprob_chunk_mb (0: the default)")
     parser.add_argument("--peak-tflops", type=float, default=H100_BF16_DENSE_TFLOPS, help="the GPU's dense bf16 peak")
     parser.add_argument("--out", default="benchmarks/results/gpu_qwen2.json")
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
