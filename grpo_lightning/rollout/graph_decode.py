@@ -73,9 +73,11 @@ class StaticDecoder(FusedDecoder):
         self.taken = 0  # steps run (counted on the host, for the bound only)
 
     def _count_step(self) -> None:
+        """Counts a step on the host (its cache slot is the device counter's): the bound, and ``written``."""
         if self.taken >= self.max_steps:
             raise RuntimeError(f"{type(self).__name__}: called more than the {self.max_steps} steps its cache holds")
         self.taken += 1
+        self.written += 1
 
     def _static_step(self, tokens: torch.Tensor) -> torch.Tensor:
         """One token for every row, with no host-side state read: recordable as a CUDA graph."""
@@ -91,7 +93,6 @@ class StaticDecoder(FusedDecoder):
     @torch.no_grad()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         self._count_step()
-        self.written += 1
         return self._static_step(tokens)
 
 
@@ -119,7 +120,6 @@ class GraphDecoder(StaticDecoder):
         if tokens.device.type != "cuda":
             return super().step(tokens)
         self._count_step()
-        self.written += 1
         if self.graph is None:
             self._record(tokens)
         self._tokens.copy_(tokens)
@@ -127,23 +127,31 @@ class GraphDecoder(StaticDecoder):
         return self._logits_out
 
     def _record(self, tokens: torch.Tensor) -> None:
-        """Runs the step once on a side stream (cuBLAS picks its kernels and workspaces there, which
-        a capture may not), rewinds the counters, then records the step."""
         self._tokens = tokens.clone()
         step = _compiled_step() if self.compiled else StaticDecoder._static_step
-        slot, step_index = self.slot.clone(), self.step_index.clone()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream), warnings.catch_warnings():
-            # The rotary embedding's complex multiply stays an eager kernel inside the compiled step.
-            warnings.filterwarnings("ignore", message="Torchinductor does not support code generation for complex")
-            step(self, self._tokens)  # compiles if asked; writes the slot the real step overwrites
-        torch.cuda.current_stream().wait_stream(stream)
-        self.slot.copy_(slot)
-        self.step_index.copy_(step_index)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self._logits_out = step(self, self._tokens)
+        # The warm-up writes the cache slot the first replay writes again.
+        self.graph, self._logits_out = record_graph(lambda: step(self, self._tokens), [self.slot, self.step_index])
+
+
+def record_graph(unit, moved: list[torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, object]:
+    """Records ``unit()`` as a CUDA graph; returns the graph and what the recorded call returned
+    (its output buffers). ``unit`` first runs once on a side stream (it compiles there if it is
+    compiled; cuBLAS picks its kernels and workspaces there, which a capture may not), then the
+    ``moved`` tensors (the counters and buffers that run advanced) are put back as they were."""
+    saved = [tensor.clone() for tensor in moved]
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), warnings.catch_warnings():
+        # The rotary embedding's complex multiply stays an eager kernel inside a compiled step.
+        warnings.filterwarnings("ignore", message="Torchinductor does not support code generation for complex")
+        unit()
+    torch.cuda.current_stream().wait_stream(stream)
+    for tensor, before in zip(moved, saved, strict=True):
+        tensor.copy_(before)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = unit()
+    return graph, out
 
 
 class SampledGraphLoop:
@@ -194,7 +202,6 @@ class SampledGraphLoop:
     def draw_and_step(self) -> None:
         """Draws the next tokens and computes the logits of the draw after them."""
         self.decoder._count_step()
-        self.decoder.written += 1
         if self.logits.device.type != "cuda":
             self._unit(StaticDecoder._static_step)
             return
@@ -203,23 +210,10 @@ class SampledGraphLoop:
         self.graph.replay()
 
     def _record(self) -> None:
-        """Runs the unit once on a side stream (compiling the step if asked; cuBLAS picks its
-        kernels there, which a capture may not), puts every counter and buffer it moved back,
-        then records it."""
         step = _compiled_step() if self.decoder.compiled else StaticDecoder._static_step
+        # The warm-up writes the cache slot and the column the first replay writes again.
         moved = [self.decoder.slot, self.decoder.step_index, self.column, self.ended, self.logits]
-        saved = [tensor.clone() for tensor in moved]
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Torchinductor does not support code generation for complex")
-            self._unit(step)  # the cache slot and column it writes are written again by the first replay
-        torch.cuda.current_stream().wait_stream(stream)
-        for tensor, before in zip(moved, saved, strict=True):
-            tensor.copy_(before)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self._unit(step)
+        self.graph, _ = record_graph(lambda: self._unit(step), moved)
 
 
 @functools.cache
