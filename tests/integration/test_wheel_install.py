@@ -66,9 +66,10 @@ def installed(tmp_path_factory):
     venv = tmp / "venv"
     run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp)
     python = venv / "bin" / "python"
-    run(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--quiet", wheel, cwd=tmp)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "WANDB_API_KEY")}
     env.update(WANDB_SILENT="true", WANDB_MODE="offline")
+    # Without PYTHONPATH: a checkout on it with an editable install's egg-info looks installed to pip.
+    run(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--quiet", wheel, cwd=tmp, env=env)
     site = run(
         python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp, env=env
     ).stdout.strip()
