@@ -1,7 +1,7 @@
 """Shared fixtures: one thread (faster on small CPUs), a tiny policy, real HF rollouts, one vLLM engine per session.
 
 Nothing heavy is imported at the top: pytest-xdist's controller process loads this file too but
-runs no test, and torch, transformers and Lightning cost it about 8 s of CPU that the two
+runs no test, and torch, transformers and Lightning cost it seconds of CPU that the two
 workers of a 2-core machine need. Each helper imports what it uses.
 """
 
