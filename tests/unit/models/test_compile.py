@@ -25,19 +25,27 @@ def _pass(module: GRPOModule, rollout):
 def test_compiled_layers_give_eager_gradients_with_and_without_the_reference(policy, rollout):
     torch._dynamo.reset()
     counters.clear()
-    for algorithm in ({"beta": 0.0, "micro_batch_size": 8}, {"beta": 0.1, "micro_batch_size": 16}):
-        eager = GRPOModule(copy.deepcopy(policy), AlgorithmConfig(**algorithm))
-        compiled = GRPOModule(copy.deepcopy(policy), AlgorithmConfig(**algorithm))
-        layers = compile_training_models(compiled)
-        assert layers == len(layers_to_compile(policy)) * (2 if algorithm["beta"] > 0 else 1)  # policy and reference
-        assert is_compiled(compiled.policy) and not is_compiled(eager.policy)
-        want, want_stats = _pass(eager, rollout)
-        got, got_stats = _pass(compiled, rollout)
-        assert want.keys() == got.keys() and want
-        for name in want:
-            torch.testing.assert_close(got[name], want[name], atol=1e-5, rtol=1e-4, msg=name)
-        assert abs(got_stats.loss - want_stats.loss) < 1e-5
-        assert abs(got_stats.kl_sum - want_stats.kl_sum) < 1e-5
+    # Without the reference only the policy's layers are wrapped (compiling is lazy: nothing runs yet).
+    without = GRPOModule(copy.deepcopy(policy), AlgorithmConfig(beta=0.0))
+    assert compile_training_models(without) == len(layers_to_compile(policy))
+    assert is_compiled(without.policy) and without.reference is None
+    # With it, both; one compiled run (the slow part: inductor's C++ builds) checks the values.
+    algorithm = AlgorithmConfig(beta=0.1, micro_batch_size=16)
+    reference = copy.deepcopy(policy)  # moved off the policy, so the KL and its gradient are not 0
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    eager = GRPOModule(copy.deepcopy(policy), algorithm, reference=copy.deepcopy(reference))
+    compiled = GRPOModule(copy.deepcopy(policy), algorithm, reference=copy.deepcopy(reference))
+    assert compile_training_models(compiled) == 2 * len(layers_to_compile(policy))  # policy and reference
+    assert is_compiled(compiled.policy) and is_compiled(compiled.reference) and not is_compiled(eager.policy)
+    want, want_stats = _pass(eager, rollout)
+    got, got_stats = _pass(compiled, rollout)
+    assert want.keys() == got.keys() and want
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=1e-5, rtol=1e-4, msg=name)
+    assert abs(got_stats.loss - want_stats.loss) < 1e-5
+    assert abs(got_stats.kl_sum - want_stats.kl_sum) < 1e-5 and want_stats.kl_sum != 0
     # the compiled path really ran: dynamo captured graphs (one per layer signature, not per layer)
     assert counters["stats"]["unique_graphs"] > 0
 
