@@ -26,6 +26,10 @@ def _runs_tests(config) -> bool:
 
 
 def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the process that prints the summary: xdist's controller or the only one
+        from helpers.suite_budget import SuiteClock
+
+        config.pluginmanager.register(SuiteClock(), "suite_budget")
     if not _runs_tests(config):
         return
     import torch
