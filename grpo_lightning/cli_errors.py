@@ -20,11 +20,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from contextlib import contextmanager
 
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf.errors import OmegaConfBaseException
 
+from grpo_lightning.env_vars import environment_variable
 from grpo_lightning.errors import TrainingStopped, UserError
 
 DEBUG_FLAG = "--debug"
@@ -80,19 +80,10 @@ def end_on_error(err: BaseException, user_errors: tuple[type[BaseException], ...
             sys.exit(code)
 
 
-@contextmanager
 def _hydra_raises():
     """Hydra prints its errors itself (several lines, exit 1) unless ``HYDRA_FULL_ERROR=1``; with
     it set, they reach :func:`run_cli`. Restored afterwards: a launched server inherits the rest."""
-    before = os.environ.get(FULL_ERROR)
-    os.environ[FULL_ERROR] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(FULL_ERROR, None)
-        else:
-            os.environ[FULL_ERROR] = before
+    return environment_variable(FULL_ERROR, "1")
 
 
 def run_cli(entry: Callable[[], None], user_errors: tuple[type[BaseException], ...] = ()) -> None:

@@ -39,3 +39,17 @@ def owned_temp_dir(kind: str) -> tempfile.TemporaryDirectory:
     """A temporary folder owned by this process, after removing the ``kind`` folders of dead owners."""
     remove_orphans(kind)
     return tempfile.TemporaryDirectory(prefix=f"grpo-{kind}-pid{os.getpid()}-")
+
+
+SOCKET_PATH_MAX = 100  # AF_UNIX paths end at 107 bytes; vLLM's IPC socket names add a 36-character UUID
+
+
+def owned_socket_dir(kind: str) -> tempfile.TemporaryDirectory | None:
+    """An owned folder for vLLM's IPC sockets (``VLLM_RPC_BASE_PATH``), which vLLM leaves in the
+    temp folder even after a clean shutdown; None where the path would make a socket name too
+    long (the sockets then go to the temp folder, as without it)."""
+    folder = owned_temp_dir(kind)
+    if len(folder.name) + 37 > SOCKET_PATH_MAX:
+        folder.cleanup()
+        return None
+    return folder

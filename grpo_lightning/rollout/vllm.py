@@ -36,17 +36,19 @@ import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
 from grpo_lightning.config import TrainConfig, VLLMConfig
+from grpo_lightning.env_vars import environment_variable
 from grpo_lightning.models.adapter_sync import adapter_rank
 from grpo_lightning.models.lora import is_peft_model, save_merged
 from grpo_lightning.rollout.engine import ENGINES, Completion, GenerationRequest, RolloutEngine, Sampling
 from grpo_lightning.rollout.lora_adapters import LoraServing
 from grpo_lightning.rollout.side_effects import preserved_process_state
-from grpo_lightning.rollout.temp_folders import owned_temp_dir
+from grpo_lightning.rollout.temp_folders import owned_socket_dir, owned_temp_dir
 from grpo_lightning.rollout.transports import TRANSPORTS
 from grpo_lightning.rollout.vllm_server import VLLMServerEngine
 from grpo_lightning.rollout.vllm_server_pool import VLLMServerPool
@@ -57,6 +59,9 @@ def _is_cpu_platform() -> bool:
     from vllm.platforms import current_platform
 
     return current_platform.is_cpu()
+
+
+RPC_BASE_ENV = "VLLM_RPC_BASE_PATH"  # where vLLM puts its IPC sockets (default: the temp folder)
 
 
 class VLLMEngine:
@@ -82,6 +87,9 @@ class VLLMEngine:
         self.eos_token_id = eos_token_id
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-engine")
         self._sync_dir: tempfile.TemporaryDirectory | None = None
+        # Out of process, vLLM's IPC sockets go in a folder of ours, removed on close (or, after
+        # a SIGKILL, at the next start): vLLM leaves them in the temp folder otherwise.
+        self._socket_dir = None if config.in_process else owned_socket_dir("vllm-ipc")
         self.weight_version: int | None = None  # the optimizer step of the last load_weights
         start = time.perf_counter()
         self.llm = self._start()
@@ -127,7 +135,11 @@ class VLLMEngine:
         # the OpenMP threads of the thread that starts it, and its kernels must run there.
         # The trainer's thread keeps its thread count, its RNG streams and its affinity.
         self.engine_thread = self._submit(threading.get_ident).result()
-        with preserved_process_state(engine_thread=self.engine_thread):
+        sockets = self._socket_dir
+        with (
+            preserved_process_state(engine_thread=self.engine_thread),
+            environment_variable(RPC_BASE_ENV, sockets.name) if sockets is not None else nullcontext(),
+        ):
             return self._submit(start).result()
 
     # ------------------------------------------------------------------ the worker thread
@@ -267,6 +279,8 @@ class VLLMEngine:
             if core is not None and hasattr(core, "shutdown"):
                 self._submit(core.shutdown).result()
         self._worker.shutdown(wait=True)
+        if self._socket_dir is not None:
+            self._socket_dir.cleanup()
 
 
 @ENGINES.register("vllm", options=VLLMConfig)

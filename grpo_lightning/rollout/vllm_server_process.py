@@ -28,7 +28,7 @@ from grpo_lightning.config import VLLMConfig, VLLMServerConfig
 from grpo_lightning.models.adapter_sync import base_state
 from grpo_lightning.models.lora import save_merged
 from grpo_lightning.rollout.server_guard import VLLMServerError
-from grpo_lightning.rollout.temp_folders import owned_temp_dir
+from grpo_lightning.rollout.temp_folders import SOCKET_PATH_MAX, owned_temp_dir
 
 SERVED_NAME = "policy"  # --served-model-name of a launched server
 
@@ -85,9 +85,6 @@ def _command(model_dir: str, config: VLLMConfig, port: int, seed: int, lora=None
     if lora is not None:  # adapter-only sync (rollout/lora_adapters.py)
         command += lora.server_args()
     return command
-
-
-SOCKET_PATH_MAX = 100  # AF_UNIX paths end at 107 bytes; vLLM's IPC socket names add a 36-character UUID
 
 
 def _server_temp_env(owned: Path) -> dict[str, str]:

@@ -8,6 +8,7 @@ one JSON line with what the test asserts on.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import torch
 
@@ -29,6 +30,8 @@ def main() -> None:
         build_tiny_policy(tok), tok, VLLMConfig(in_process=False, max_model_len=64, kv_cache_gib=0.25), seed=0
     )
     state_kept = ProcessState.capture().same_as(state)
+    socket_dir = engine._socket_dir.name
+    sockets_in_own_folder = any(p.is_socket() for p in Path(socket_dir).iterdir())
     prompt = tok("2+5=")["input_ids"]
     requests = [GenerationRequest(prompt, seed) for seed in (11, 12, 13)]
     before = engine.generate(requests, Sampling.from_config(RolloutConfig(max_new_tokens=6, temperature=1.0)))
@@ -41,21 +44,18 @@ def main() -> None:
         logits = trained(ids).logits[0, len(prompt) - 1 : -1]
     expected = logits.log_softmax(-1).gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
     probe = torch.tensor(engine.sequence_logprobs(prompt, completion))
-    print(
-        "RESULT "
-        + json.dumps(
-            {
-                "state_kept": state_kept,
-                "folder_used": engine._sync_dir is not None,
-                "sync_seconds": seconds,
-                "before": [c.token_ids for c in before],
-                "changed": [c.logprobs for c in after] != [c.logprobs for c in before],
-                "probe_diff": float((probe - expected).abs().max()),
-            }
-        ),
-        flush=True,
-    )
+    result = {
+        "state_kept": state_kept,
+        "folder_used": engine._sync_dir is not None,
+        "sync_seconds": seconds,
+        "before": [c.token_ids for c in before],
+        "changed": [c.logprobs for c in after] != [c.logprobs for c in before],
+        "probe_diff": float((probe - expected).abs().max()),
+    }
     engine.close()
+    # vLLM's IPC sockets were made in the engine's own folder, which close() removed
+    result["sockets_in_own_folder"] = sockets_in_own_folder and not Path(socket_dir).exists()
+    print("RESULT " + json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":  # vLLM's engine process is spawned: the guard is required

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,19 +21,32 @@ HERE = Path(__file__).resolve().parents[1] / "helpers"
 
 @pytest.mark.slow
 def test_out_of_process_engine_syncs_through_a_safetensors_folder(vllm_session):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(
-        [sys.executable, str(HERE / "vllm_out_of_process_check.py")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
+    # A temp folder of its own (short: vLLM's socket paths must fit 107 bytes), so what the run
+    # leaves there is its own: nothing, its IPC sockets included.
+    private_tmp = Path(tempfile.mkdtemp(prefix="oop-"))
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        TMPDIR=str(private_tmp),
+        PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""),
     )
+    try:
+        done = subprocess.run(
+            [sys.executable, str(HERE / "vllm_out_of_process_check.py")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+        left = sorted(p.relative_to(private_tmp).as_posix() for p in private_tmp.rglob("*") if p.is_socket())
+    finally:
+        shutil.rmtree(private_tmp, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, done.stdout[-3000:]
     result = json.loads(lines[-1][len("RESULT ") :])
     assert result["state_kept"]
+    assert result["sockets_in_own_folder"] and left == []  # vLLM left 7 sockets in the temp folder before
     assert result["folder_used"] and result["sync_seconds"] > 0
     assert result["changed"]  # the folder sync is not a no-op ...
     assert result["probe_diff"] < 1e-4  # ... and the engine now scores like the trained policy
