@@ -45,6 +45,7 @@ from grpo_lightning.config import TrainConfig, VLLMConfig
 from grpo_lightning.env_vars import environment_variable
 from grpo_lightning.models.adapter_sync import adapter_rank
 from grpo_lightning.models.lora import is_peft_model, save_merged
+from grpo_lightning.rollout.child_watchdog import Watchdog, descendants, watch
 from grpo_lightning.rollout.engine import ENGINES, Completion, GenerationRequest, RolloutEngine, Sampling
 from grpo_lightning.rollout.lora_adapters import LoraServing
 from grpo_lightning.rollout.side_effects import preserved_process_state
@@ -91,8 +92,12 @@ class VLLMEngine:
         # a SIGKILL, at the next start): vLLM leaves them in the temp folder otherwise.
         self._socket_dir = None if config.in_process else owned_socket_dir("vllm-ipc")
         self.weight_version: int | None = None  # the optimizer step of the last load_weights
+        self._watchdog: Watchdog | None = None
         start = time.perf_counter()
+        before = set() if config.in_process else descendants()
         self.llm = self._start()
+        if not config.in_process:  # the EngineCore and its worker: stopped if the trainer dies
+            self._watchdog = watch(descendants() - before)
         self.start_seconds = time.perf_counter() - start
 
     # ------------------------------------------------------------------ start
@@ -279,6 +284,8 @@ class VLLMEngine:
             if core is not None and hasattr(core, "shutdown"):
                 self._submit(core.shutdown).result()
         self._worker.shutdown(wait=True)
+        if self._watchdog is not None:
+            self._watchdog.release()
         if self._socket_dir is not None:
             self._socket_dir.cleanup()
 

@@ -8,8 +8,10 @@ one JSON line with what the test asserts on.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+import psutil
 import torch
 
 
@@ -30,6 +32,11 @@ def main() -> None:
         build_tiny_policy(tok), tok, VLLMConfig(in_process=False, max_model_len=64, kv_cache_gib=0.25), seed=0
     )
     state_kept = ProcessState.capture().same_as(state)
+    if "--wait-to-be-killed" in sys.argv:  # the trainer's SIGKILL, mid-run: what it leaves behind
+        engine_pids = sorted(child.pid for child in psutil.Process().children(recursive=True))
+        print("RESULT " + json.dumps({"engine_pids": engine_pids, "socket_dir": engine._socket_dir.name}), flush=True)
+        sys.stdin.read()
+        return
     socket_dir = engine._socket_dir.name
     sockets_in_own_folder = any(p.is_socket() for p in Path(socket_dir).iterdir())
     prompt = tok("2+5=")["input_ids"]

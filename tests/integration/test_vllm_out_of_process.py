@@ -10,26 +10,32 @@ import sys
 import tempfile
 from pathlib import Path
 
+import psutil
 import pytest
 
 from grpo_lightning.config import RolloutConfig
 from grpo_lightning.models import build_tiny_policy
 from grpo_lightning.rollout import GenerationRequest, Sampling
+from grpo_lightning.rollout.temp_folders import remove_orphans
 
 HERE = Path(__file__).resolve().parents[1] / "helpers"
 
 
-@pytest.mark.slow
-def test_out_of_process_engine_syncs_through_a_safetensors_folder(vllm_session):
+def _environment(private_tmp: Path) -> dict[str, str]:
     # A temp folder of its own (short: vLLM's socket paths must fit 107 bytes), so what the run
-    # leaves there is its own: nothing, its IPC sockets included.
-    private_tmp = Path(tempfile.mkdtemp(prefix="oop-"))
-    env = dict(
+    # leaves there is its own.
+    return dict(
         os.environ,
         OMP_NUM_THREADS="1",
         TMPDIR=str(private_tmp),
         PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""),
     )
+
+
+@pytest.mark.slow
+def test_out_of_process_engine_syncs_through_a_safetensors_folder(vllm_session):
+    private_tmp = Path(tempfile.mkdtemp(prefix="oop-"))
+    env = _environment(private_tmp)
     try:
         done = subprocess.run(
             [sys.executable, str(HERE / "vllm_out_of_process_check.py")],
@@ -58,3 +64,35 @@ def test_out_of_process_engine_syncs_through_a_safetensors_folder(vllm_session):
         requests, Sampling.from_config(RolloutConfig(max_new_tokens=6, temperature=1.0))
     )
     assert [c.token_ids for c in in_process] == result["before"]
+
+
+@pytest.mark.slow
+def test_a_sigkilled_trainer_leaves_no_engine_process_and_the_next_start_removes_its_folders():
+    """vLLM's EngineCore and worker outlived a SIGKILLed trainer (reparented to init, holding the
+    model and KV cache); the engine's watchdog now stops them, and the next start of each kind
+    removes the dead trainer's folders (weights, sync, IPC sockets)."""
+    private_tmp = Path(tempfile.mkdtemp(prefix="oop-"))
+    try:
+        trainer = subprocess.Popen(
+            [sys.executable, str(HERE / "vllm_out_of_process_check.py"), "--wait-to-be-killed"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=_environment(private_tmp),
+        )
+        line = next(line for line in trainer.stdout if line.startswith("RESULT "))
+        started = json.loads(line[len("RESULT ") :])
+        engine = [psutil.Process(pid) for pid in started["engine_pids"]]
+        assert any("EngineCore" in p.name() or "EngineCore" in " ".join(p.cmdline()) for p in engine), engine
+        assert any(p.is_socket() for p in Path(started["socket_dir"]).iterdir())
+        trainer.kill()
+        trainer.wait(30)
+        _, alive = psutil.wait_procs(engine, timeout=30)
+        assert alive == []  # within the watchdog's grace, not left running
+        kinds = ("vllm-model", "vllm-sync", "vllm-ipc")
+        assert {p.name.split("-pid")[0] for p in private_tmp.iterdir()} <= {f"grpo-{k}" for k in kinds}
+        for kind in kinds:  # what the next start of each kind runs first
+            remove_orphans(kind, root=str(private_tmp))
+        assert list(private_tmp.iterdir()) == []
+    finally:
+        shutil.rmtree(private_tmp, ignore_errors=True)
