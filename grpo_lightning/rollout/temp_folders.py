@@ -44,12 +44,17 @@ def owned_temp_dir(kind: str) -> tempfile.TemporaryDirectory:
 SOCKET_PATH_MAX = 100  # AF_UNIX paths end at 107 bytes; vLLM's IPC socket names add a 36-character UUID
 
 
+def holds_socket_names(folder: str | Path) -> bool:
+    """Whether vLLM's IPC sockets (``<folder>/<uuid4>``) fit AF_UNIX's path limit in ``folder``."""
+    return len(str(folder)) + 37 <= SOCKET_PATH_MAX
+
+
 def owned_socket_dir(kind: str) -> tempfile.TemporaryDirectory | None:
     """An owned folder for vLLM's IPC sockets (``VLLM_RPC_BASE_PATH``), which vLLM leaves in the
     temp folder even after a clean shutdown; None where the path would make a socket name too
     long (the sockets then go to the temp folder, as without it)."""
     folder = owned_temp_dir(kind)
-    if len(folder.name) + 37 > SOCKET_PATH_MAX:
+    if not holds_socket_names(folder.name):
         folder.cleanup()
         return None
     return folder

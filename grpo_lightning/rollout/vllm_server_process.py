@@ -28,7 +28,7 @@ from grpo_lightning.config import VLLMConfig, VLLMServerConfig
 from grpo_lightning.models.adapter_sync import base_state
 from grpo_lightning.models.lora import save_merged
 from grpo_lightning.rollout.server_guard import VLLMServerError
-from grpo_lightning.rollout.temp_folders import SOCKET_PATH_MAX, owned_temp_dir
+from grpo_lightning.rollout.temp_folders import holds_socket_names, owned_temp_dir
 
 SERVED_NAME = "policy"  # --served-model-name of a launched server
 
@@ -92,7 +92,7 @@ def _server_temp_env(owned: Path) -> dict[str, str]:
     files vLLM leaves in the temp folder when it is killed go with that folder; none where the
     path would make a socket name too long (the system's temp folder then)."""
     folder = owned / "tmp"
-    if len(str(folder)) + 37 > SOCKET_PATH_MAX:
+    if not holds_socket_names(folder):
         return {}
     folder.mkdir()
     return {"TMPDIR": str(folder)}
