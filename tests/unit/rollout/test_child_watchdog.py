@@ -11,12 +11,18 @@ import psutil
 from grpo_lightning.rollout.child_watchdog import descendants, watch
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
-STUBBORN = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"]
+# Says "ready" once SIGTERM is ignored: signalled before that, it would die of SIGTERM (a loaded machine).
+STUBBORN = [
+    sys.executable,
+    "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(120)",
+]
 
 
 def test_the_pipe_closing_unreleased_stops_each_process_even_one_that_ignores_sigterm():
     before = descendants()
-    children = [subprocess.Popen(SLEEPER), subprocess.Popen(STUBBORN)]
+    children = [subprocess.Popen(SLEEPER), subprocess.Popen(STUBBORN, stdout=subprocess.PIPE, text=True)]
+    assert children[1].stdout.readline() == "ready\n"
     pids = descendants() - before
     assert pids == {c.pid for c in children}
     dog = watch(pids, grace_s=0.5)
@@ -25,6 +31,7 @@ def test_the_pipe_closing_unreleased_stops_each_process_even_one_that_ignores_si
     for child in children:
         assert child.wait(5) is not None  # gone: the second only by the SIGKILL after the grace
     assert children[1].returncode == -9 and children[0].returncode == -15
+    children[1].stdout.close()
 
 
 def test_a_released_watchdog_exits_and_signals_nothing():
