@@ -51,7 +51,6 @@ class Watchdog:
     """The watchdog process of :func:`watch`; :meth:`release` it once the processes were stopped."""
 
     def __init__(self, pids: list[int], grace_s: float = GRACE_S):
-        self.pids = pids
         self.process = subprocess.Popen(
             [sys.executable, "-c", _WATCHDOG, str(grace_s), *map(str, pids)],
             stdin=subprocess.PIPE,

@@ -11,7 +11,6 @@ import json
 import sys
 from pathlib import Path
 
-import psutil
 import torch
 
 
@@ -22,6 +21,7 @@ def main() -> None:
     from grpo_lightning.config import RolloutConfig, VLLMConfig
     from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
     from grpo_lightning.rollout import GenerationRequest, Sampling
+    from grpo_lightning.rollout.child_watchdog import descendants
     from grpo_lightning.rollout.side_effects import ProcessState
     from grpo_lightning.rollout.vllm import VLLMEngine
 
@@ -33,7 +33,7 @@ def main() -> None:
     )
     state_kept = ProcessState.capture().same_as(state)
     if "--wait-to-be-killed" in sys.argv:  # the trainer's SIGKILL, mid-run: what it leaves behind
-        engine_pids = sorted(child.pid for child in psutil.Process().children(recursive=True))
+        engine_pids = sorted(descendants())  # the engine's processes and their watchdog
         print("RESULT " + json.dumps({"engine_pids": engine_pids, "socket_dir": engine._socket_dir.name}), flush=True)
         sys.stdin.read()
         return
