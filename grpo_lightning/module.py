@@ -210,7 +210,8 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
         """Everything computed once per generation batch, before the first backward."""
         # The micro-batch slices (trimmed of padding) serve the frozen passes and every
         # optimization pass alike: computed once.
-        batches = list(micro_batches(rollout, self.cfg.micro_batch(rollout.num_sequences)))  # resolves auto
+        size = self.cfg.micro_batch(rollout.num_sequences, rollout.used_width)  # resolves auto
+        batches = list(micro_batches(rollout, size))
         in_loss = sequences_in_loss(rollout, self.cfg)
         mask = rollout.trained_mask.float() * (in_loss[:, None] if in_loss is not None else 1.0)
         return PreparedBatch(

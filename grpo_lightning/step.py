@@ -159,6 +159,12 @@ class RolloutBatch:
         return self.num_sequences // self.group_size
 
     @property
+    def used_width(self) -> int:
+        """Columns a micro-batch of every row keeps once all-padding columns are trimmed: the
+        longest prompt plus the longest completion (prompts are left-padded, completions right)."""
+        return int(self.prompt_mask.any(dim=0).sum()) + int(self.completion_mask.any(dim=0).sum())
+
+    @property
     def trained_mask(self) -> torch.Tensor:
         """[N, C] the tokens the loss counts: ``loss_mask`` if given, else ``completion_mask`` (itself)."""
         return self.completion_mask if self.loss_mask is None else self.loss_mask

@@ -14,7 +14,11 @@ from typing import Any, Optional
 from grpo_lightning.config.base import check, choice, option
 from grpo_lightning.config.nodes import PluginNodes
 
-AUTO_MICRO_BATCH_MAX = 32  # micro_batch_size=auto: the largest divisor of the batch up to this
+# micro_batch_size=auto: the largest divisor of the batch up to AUTO_MICRO_BATCH_MAX sequences, or up to
+# AUTO_MICRO_BATCH_TOKENS padded tokens when the sequences are short. Short sequences make each pass per-op
+# overhead, paid once per micro-batch; the token cap is what 32 sequences of 128 tokens already held.
+AUTO_MICRO_BATCH_MAX = 32
+AUTO_MICRO_BATCH_TOKENS = 32 * 128
 
 
 def divisors(n: int) -> list[int]:
@@ -50,7 +54,9 @@ class AlgorithmConfig(PluginNodes):
     advantage_eps: float = option(1e-6, "Added to the std when scaling advantages.")
     num_iterations: int = option(1, "Optimizer passes over each generation batch (mu); 1 makes the ratio exactly 1.")
     micro_batch_size: Any = option(
-        "auto", "Sequences per forward/backward, dividing prompts_per_step x num_generations; auto: the largest <= 32."
+        "auto",
+        "Sequences per forward/backward, dividing prompts_per_step x num_generations; auto: the largest "
+        f"<= {AUTO_MICRO_BATCH_MAX}, or more while they hold <= {AUTO_MICRO_BATCH_TOKENS} padded tokens.",
     )
     clip_low: float = option(0.2, "Lower clip of the ratio: 1 - clip_low.")
     clip_high: float = option(0.2, "Upper clip of the ratio: 1 + clip_high (DAPO uses 0.28).")
@@ -161,9 +167,11 @@ class AlgorithmConfig(PluginNodes):
             f"rollout.num_generations = {batch}; try one of {divisors(batch)[-6:]} or auto"
         )
 
-    def micro_batch(self, batch: int) -> int:
-        """Sequences per forward/backward for a generation batch of ``batch``: the one place
-        ``auto`` is resolved (the largest divisor of ``batch`` up to AUTO_MICRO_BATCH_MAX)."""
+    def micro_batch(self, batch: int, width: int = 0) -> int:
+        """Sequences per forward/backward for a generation batch of ``batch`` sequences ``width`` tokens
+        wide (prompt and completion, padded; 0: unknown): the one place ``auto`` is resolved, the largest
+        divisor of ``batch`` up to AUTO_MICRO_BATCH_MAX, or up to AUTO_MICRO_BATCH_TOKENS // width."""
         if self.micro_batch_size != "auto":
             return int(self.micro_batch_size)
-        return max(d for d in divisors(batch) if d <= AUTO_MICRO_BATCH_MAX)
+        cap = max(AUTO_MICRO_BATCH_MAX, AUTO_MICRO_BATCH_TOKENS // width) if width > 0 else AUTO_MICRO_BATCH_MAX
+        return max(d for d in divisors(batch) if d <= cap)

@@ -74,7 +74,7 @@ def step_bytes(cfg, shape: Shape) -> dict[str, int]:
     """The estimate's parts in bytes, by what the user can change."""
     r, a, t = cfg.rollout, cfg.algorithm, cfg.trainer
     batch = r.prompts_per_step * r.num_generations
-    micro = a.micro_batch(batch)
+    micro = a.micro_batch(batch)  # width unknown: auto at its fewest sequences, so the estimate errs low
     tokens = r.max_new_tokens  # prompt tokens not counted: the estimate errs low
     w = shape.bytes_per_param
     lora = cfg.model.lora.rank > 0 or cfg.model.lora.config_file is not None

@@ -23,7 +23,8 @@ def _poison_logits(run):
 
 
 def test_nan_log_probs_are_diagnosed_as_f3():
-    run = fit(make_config(6), prepare=_poison_logits)
+    # Four micro-batches of 32 (auto would take the 128 short rows in one), so that four rows are poisoned.
+    run = fit(make_config(6, **{"algorithm.micro_batch_size": 32}), prepare=_poison_logits)
     alerts = run.health.alerts_for("nonfinite")
     assert alerts, f"no nonfinite alert; alerts: {[a.check for a in run.health.alerts]}"
     alert = alerts[0]

@@ -154,3 +154,32 @@ def test_each_micro_batch_is_packed_once_for_all_its_passes(policy, rollout, mon
     stats = module.accumulate_gradients(rollout, prepared)
     assert stats.finite_loss
     assert len(prepared.micro_batches) == 3 and len(calls) == 3
+
+
+def _repeated(rollout, times: int):
+    """The rollout's rows ``times`` over (every per-row tensor repeated along the batch)."""
+    from dataclasses import fields, replace
+
+    rows = rollout.num_sequences
+    repeated = {
+        f.name: value.repeat(times, *([1] * (value.dim() - 1)))
+        for f in fields(rollout)
+        if isinstance(value := getattr(rollout, f.name), torch.Tensor) and value.dim() > 0 and value.shape[0] == rows
+    }
+    repeated["reward_components"] = {k: v.repeat(times) for k, v in rollout.reward_components.items()}
+    return replace(rollout, **repeated)
+
+
+def test_auto_micro_batches_hold_every_short_sequence_of_the_rollout_at_once(policy, rollout):
+    """auto decides from the rollout's used width: 96 short rows are one pass, not three of 32."""
+    from grpo_lightning.micro_batches import micro_batches
+
+    big = _repeated(rollout, 6)
+    (whole,) = micro_batches(big, big.num_sequences)
+    assert big.used_width == whole.input_ids.shape[1]  # the trimmed width of a micro-batch of every row
+    assert big.num_sequences == 96 and big.used_width * 96 <= 4096
+    module = GRPOModule(copy.deepcopy(policy), AlgorithmConfig(beta=0.04))
+    module.forward_pass.packing_verified = True
+    prepared = module.prepare(big)
+    assert [mb.input_ids.shape[0] for mb in prepared.micro_batches] == [96]
+    assert AlgorithmConfig().micro_batch(96) == 32  # what auto chose before it read the width

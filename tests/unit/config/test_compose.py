@@ -146,6 +146,20 @@ def test_micro_batch_size_auto_fits_small_batches():
         assert not any(batch % d == 0 for d in range(size + 1, 33))  # the largest such divisor
 
 
+def test_micro_batch_size_auto_takes_more_short_sequences_up_to_the_token_cap():
+    """Short sequences: one pass over many beats many passes of per-op overhead (the demo's 128 x 12 tokens)."""
+    assert AlgorithmConfig().micro_batch(16 * 8, width=12) == 128
+    assert AlgorithmConfig().micro_batch(16 * 8, width=128) == 32  # what 32 sequences of 128 tokens hold
+    assert AlgorithmConfig(micro_batch_size=4).micro_batch(16 * 8, width=12) == 4  # explicit wins
+    rng = random.Random(1)
+    for _ in range(500):
+        batch, width = rng.randint(1, 600), rng.randint(1, 400)
+        size = AlgorithmConfig().micro_batch(batch, width)
+        allowed = [d for d in range(1, batch + 1) if batch % d == 0 and (d <= 32 or d * width <= 4096)]
+        assert size == max(allowed)
+        assert size >= AlgorithmConfig().micro_batch(batch)  # never fewer than without the width
+
+
 def test_an_explicit_micro_batch_size_that_does_not_divide_fails_naming_the_divisors():
     cfg, _ = compose([OUT, "rollout.prompts_per_step=2", "rollout.num_generations=4", "algorithm.micro_batch_size=3"])
     with pytest.raises(ConfigError) as err:
