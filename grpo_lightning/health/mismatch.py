@@ -111,7 +111,9 @@ class MismatchCheck(HealthCheck):
             first = passes[0].old_logprobs
             mask = (r.trained_mask.bool() & first.finite).cpu().numpy()
             d = np.abs((first.logp.float() - r.engine_logprobs.float()).cpu().numpy()) * mask
-            seen = np.isin(view.prompt_hashes, [h for step in self._seen for h in step])
+            before = {h for step in self._seen for h in step}  # a set: np.isin costs 30 us on these sizes
+            seen_groups = np.fromiter((h in before for h in view.group_prompt_hashes.tolist()), dtype=bool)
+            seen = np.repeat(seen_groups, view.group_size)  # as view.prompt_hashes: each group's rows
             out.update(
                 seen_abs=float(d[seen].sum()),
                 seen_tokens=float(mask[seen].sum()),
