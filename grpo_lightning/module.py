@@ -210,7 +210,10 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
         """Everything computed once per generation batch, before the first backward."""
         # The micro-batch slices (trimmed of padding) serve the frozen passes and every
         # optimization pass alike: computed once.
-        size = self.cfg.micro_batch(rollout.num_sequences, rollout.used_width)  # resolves auto
+        # auto reads the width; every rank takes the widest rank's (under FSDP each pass is collectives:
+        # the ranks must run as many micro-batches).
+        width = self._max_over_ranks(rollout.used_width) if self.cfg.micro_batch_size == "auto" else 0
+        size = self.cfg.micro_batch(rollout.num_sequences, width)
         batches = list(micro_batches(rollout, size))
         in_loss = sequences_in_loss(rollout, self.cfg)
         mask = rollout.trained_mask.float() * (in_loss[:, None] if in_loss is not None else 1.0)
@@ -345,6 +348,11 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
         if self._trainer is None or self.trainer.world_size == 1:
             return value
         return self.trainer.strategy.reduce(value, reduce_op="sum")
+
+    def _max_over_ranks(self, value: int) -> int:
+        if self._trainer is None or self.trainer.world_size == 1:
+            return value
+        return int(self.trainer.strategy.reduce(torch.tensor(float(value), device=self.device), reduce_op="max"))
 
     def _world_size(self) -> int:
         return 1 if self._trainer is None else self.trainer.world_size

@@ -100,6 +100,7 @@ def worker(rank: int, world: int, out_dir: str, port: int, kinds: list[str]) -> 
     dist.init_process_group("gloo", rank=rank, world_size=world)
     for kind in kinds:  # one process group for all: start-up is most of the worker's time
         compare(rank, world, os.path.join(out_dir, kind), kind)
+    auto_micro_batches(rank, world, out_dir)
     dist.barrier()  # both ranks done, every result written
     # Exit without tearing down. torch's gloo teardown can deadlock here: freeing the DDP reducer
     # destroys the process group, which joins gloo's work thread while holding the GIL, and that
@@ -108,6 +109,44 @@ def worker(rank: int, world: int, out_dir: str, port: int, kinds: list[str]) -> 
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def process_group_strategy(block_backward_sync=None) -> SimpleNamespace:
+    """What GRPOModule asks of Lightning's strategy, over the gloo process group."""
+    ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+    return SimpleNamespace(
+        reduce=lambda t, reduce_op="sum": (dist.all_reduce(t, op=ops[reduce_op]), t)[1],
+        backward=lambda loss, optimizer, *a, **k: loss.backward(),
+        block_backward_sync=block_backward_sync,
+    )
+
+
+def auto_micro_batches(rank: int, world: int, out_dir: str) -> None:
+    """micro_batch_size=auto on ranks whose rollouts differ in width: each writes its micro-batch sizes
+    (``auto_rank<r>.json``). Rank 0's 64 rows are 4 + 12 tokens wide, rank 1's 4 + 96."""
+    rows, width = 64, (12, 96)[rank]
+    g = torch.Generator().manual_seed(rank)
+    prompt_ids = torch.randint(3, 19, (rows, 4), generator=g)
+    completion_mask = torch.ones(rows, width, dtype=torch.long)
+    completion_mask[1:, width // 2 :] = 0  # one row uses the full width
+    batch = RolloutBatch(
+        prompt_ids=prompt_ids,
+        prompt_mask=torch.ones_like(prompt_ids),
+        completion_ids=torch.randint(3, 19, (rows, width), generator=g) * completion_mask,
+        completion_mask=completion_mask,
+        rewards=torch.rand(rows, generator=g),
+        group_size=GROUP_SIZE,
+        max_new_tokens=width,
+        temperature=1.0,
+    )
+    tokenizer = build_char_tokenizer(TinyModelConfig().alphabet)
+    module = GRPOModule(build_tiny_policy(tokenizer, seed=0), AlgorithmConfig(beta=0.0))
+    module._trainer = SimpleNamespace(world_size=world, strategy=process_group_strategy())
+    prepared = module.prepare(batch)
+    with open(os.path.join(out_dir, f"auto_rank{rank}.json"), "w") as f:
+        json.dump(
+            {"used_width": batch.used_width, "sizes": [mb.input_ids.shape[0] for mb in prepared.micro_batches]}, f
+        )
 
 
 def compare(rank: int, world: int, out_dir: str, kind: str) -> None:
@@ -123,12 +162,7 @@ def compare(rank: int, world: int, out_dir: str, kind: str) -> None:
             single.accumulate_gradients(batch, prepared)
             reference = flat_grad(single)
         module = make_module(mode)
-        strategy = SimpleNamespace(
-            reduce=lambda t, reduce_op="sum": (dist.all_reduce(t), t)[1],
-            backward=lambda loss, optimizer, *a, **k: loss.backward(),
-            block_backward_sync=wrap(module, kind, world),
-        )
-        module._trainer = SimpleNamespace(world_size=world, strategy=strategy)
+        module._trainer = SimpleNamespace(world_size=world, strategy=process_group_strategy(wrap(module, kind, world)))
         mine = rows(batch, slice(rank * share, (rank + 1) * share))
         prepared = module.prepare(mine)
         stats = module.accumulate_gradients(mine, prepared)

@@ -49,3 +49,11 @@ def test_two_ranks_of_b_equal_one_rank_of_2b(results, mode):
     }
     assert r["normalizer"] == expected[mode]
     assert r["aggregation"]["policy"] == r["aggregation"]["kl"] == [mode, r["normalizer"]]
+
+
+def test_auto_micro_batches_are_the_same_on_ranks_whose_rollouts_differ_in_width(compared):
+    """auto reads the width; under FSDP every micro-batch is collectives, so each rank must run as many:
+    both take the widest rank's size (rank 1's 100 tokens: 32 rows), not their own."""
+    ranks = [json.loads((compared / f"auto_rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["used_width"] for r in ranks] == [16, 100]
+    assert ranks[0]["sizes"] == ranks[1]["sizes"] == [32, 32]  # alone, rank 0 would take its 64 rows at once
