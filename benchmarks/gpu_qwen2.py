@@ -396,6 +396,11 @@ def run_config(args, name: str, model_dir: str) -> dict:
                     },
                     "table": events.table(sort_by="self_" + attr, row_limit=25),
                     "top": [{"name": e.key, "self_s": getattr(e, "self_" + attr) / 1e6, "count": e.count} for e in top],
+                    # where the host's time goes: a GPU idle between kernels waits on these
+                    "top_cpu": [
+                        {"name": e.key, "self_cpu_s": e.self_cpu_time_total / 1e6, "count": e.count}
+                        for e in sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:15]
+                    ],
                 }
             )
             del self.prof

@@ -14,7 +14,9 @@ chunk's logits and turns them into their gradient in place::
     dh = (dz / temperature) W,  dW = (dz / temperature)^T h,  db = sum of dz / temperature
 
 so one [rows, vocab] block exists at a time in each direction (on a CPU the entropy
-diagnostic's temporaries are made a few rows at a time). The matmuls are those of checkpointing: one in the forward, the
+diagnostic's temporaries are made a few rows at a time). On a GPU with Triton, the softmax
+work on each block is one kernel per direction (:mod:`grpo_lightning.algorithm.head_kernels`)
+over the logits in their own 16-bit dtype, and ``dz`` stays 16-bit for the two matmuls after it. The matmuls are those of checkpointing: one in the forward, the
 recomputed logits plus ``dh`` (and ``dW`` when the head trains) in the backward.
 
 A row whose logits are not all finite gets log-prob 0, ``finite=False`` and no gradient,
@@ -34,6 +36,8 @@ from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
+
+import grpo_lightning.algorithm.head_kernels as head_kernels
 
 _SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 # The entropy's temporaries (two of them) per block of rows on a CPU; see entropy_block_rows.
@@ -63,6 +67,34 @@ def tf32_weight_gradient(enabled: bool):
         yield
     finally:
         setattr(matmul, name, previous)
+
+
+def _logits_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
+    """The dtype ``F.linear(hidden, weight)`` returns here (an autocast's, if one is on)."""
+    device = hidden.device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return torch.promote_types(hidden.dtype, weight.dtype)
+
+
+# Whether torch.addmm takes out_dtype here (16-bit operands, float32 result; CUDA, torch >= 2.8).
+_ADDMM_OUT_DTYPE = {"works": True}
+
+
+def _add_weight_gradient(grad_weight: torch.Tensor, dz: torch.Tensor, hidden: torch.Tensor, tf32: bool) -> torch.Tensor:
+    """``grad_weight + dz^T hidden``, accumulated in ``grad_weight``'s float32 (or float64).
+
+    16-bit ``dz`` and ``hidden`` (the kernels' path) multiply on the 16-bit tensor cores with a
+    float32 result: no float32 copy of ``dz``; otherwise both are promoted (TF32 when lossless).
+    """
+    sixteen = dz.dtype == hidden.dtype and dz.dtype in _SIXTEEN_BIT and grad_weight.dtype == torch.float32
+    if sixteen and dz.is_cuda and _ADDMM_OUT_DTYPE["works"]:
+        try:
+            return torch.addmm(grad_weight, dz.t(), hidden, out_dtype=torch.float32)
+        except (RuntimeError, TypeError):  # an older torch: the promoted product below
+            _ADDMM_OUT_DTYPE["works"] = False
+    with tf32_weight_gradient(tf32):
+        return grad_weight.addmm_(dz.t().to(grad_weight.dtype), hidden.to(grad_weight.dtype))
 
 
 def _chunk_logits(
@@ -118,23 +150,37 @@ class FusedHeadLogProbs(torch.autograd.Function):
 
     Returns (logp [N], finite [N] bool, entropy [N] or an empty tensor); only ``logp``
     carries a gradient (the entropy is a diagnostic here; the entropy bonus takes the
-    checkpointed path in :func:`lm_head_log_probs`).
+    checkpointed path in :func:`lm_head_log_probs`). ``kernels``: let a GPU's chunks go through
+    :mod:`grpo_lightning.algorithm.head_kernels` (one pass over the logits per direction).
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, temperature: float, chunk_rows: int, with_entropy: bool):
+    def forward(
+        ctx, hidden, weight, bias, targets, temperature: float, chunk_rows: int, with_entropy: bool, kernels=True
+    ):
         with torch.profiler.record_function("fused_head.forward"):  # a profile's table names the head's share
-            return FusedHeadLogProbs._forward(ctx, hidden, weight, bias, targets, temperature, chunk_rows, with_entropy)
+            return FusedHeadLogProbs._forward(
+                ctx, hidden, weight, bias, targets, temperature, chunk_rows, with_entropy, kernels
+            )
 
     @staticmethod
-    def _forward(ctx, hidden, weight, bias, targets, temperature: float, chunk_rows: int, with_entropy: bool):
+    def _forward(ctx, hidden, weight, bias, targets, temperature: float, chunk_rows: int, with_entropy: bool, kernels):
         rows, dtype = hidden.shape[0], torch.promote_types(weight.dtype, torch.float32)
+        kernels = kernels and head_kernels.usable(hidden.device, _logits_dtype(hidden, weight))
         logp = hidden.new_empty(rows, dtype=dtype)
         lse = hidden.new_empty(rows, dtype=dtype)
         finite = torch.empty(rows, dtype=torch.bool, device=hidden.device)
         entropy = hidden.new_empty(rows if with_entropy else 0, dtype=dtype)
         for start in range(0, rows, chunk_rows):
             end = min(start + chunk_rows, rows)
+            if kernels:  # the raw logits read once, in their own dtype
+                stats = head_kernels.row_stats(
+                    F.linear(hidden[start:end], weight, bias), targets[start:end], temperature, with_entropy
+                )
+                logp[start:end], lse[start:end], finite[start:end] = stats[0], stats[1], stats[3]
+                if with_entropy:
+                    entropy[start:end] = stats[2]
+                continue
             z, row_ok = _chunk_logits(hidden[start:end], weight, bias, temperature)
             chosen = z.gather(-1, targets[start:end, None]).squeeze(-1)
             peak = z.amax(dim=-1, keepdim=True)
@@ -151,7 +197,7 @@ class FusedHeadLogProbs(torch.autograd.Function):
             finite[start:end] = ok
             del z
         ctx.save_for_backward(hidden, weight, bias, targets, lse, finite)
-        ctx.temperature, ctx.chunk_rows = temperature, chunk_rows
+        ctx.temperature, ctx.chunk_rows, ctx.kernels = temperature, chunk_rows, kernels
         device = hidden.device.type
         ctx.autocast = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
         ctx.mark_non_differentiable(finite, entropy)
@@ -178,25 +224,32 @@ class FusedHeadLogProbs(torch.autograd.Function):
         for start in range(0, hidden.shape[0], chunk_rows):
             end = min(start + chunk_rows, hidden.shape[0])
             with torch.autocast(hidden.device.type, dtype=autocast_dtype, enabled=autocast_on):
-                z, _ = _chunk_logits(hidden[start:end], weight, bias, temperature)
-            g = grad_rows[start:end, None]
-            # dz = g * (onehot(y) - softmax(z)), built in place over the float32 logits
-            dz = z.sub_(lse[start:end, None]).exp_().mul_(-g)
-            dz.scatter_add_(-1, targets[start:end, None], g)
+                if ctx.kernels:  # dz in the logits' own dtype, written over them
+                    raw = F.linear(hidden[start:end], weight, bias)
+                    dz = head_kernels.logit_gradient_(
+                        raw, targets[start:end], lse[start:end], grad_rows[start:end], temperature
+                    )
+                else:
+                    z, _ = _chunk_logits(hidden[start:end], weight, bias, temperature)
+            if not ctx.kernels:
+                g = grad_rows[start:end, None]
+                # dz = g * (onehot(y) - softmax(z)), built in place over the float32 logits
+                dz = z.sub_(lse[start:end, None]).exp_().mul_(-g)
+                dz.scatter_add_(-1, targets[start:end, None], g)
+                del z
             if need_weight:  # a poisoned row's dz is 0, but 0 x NaN is NaN: leave its hidden state out
                 rows_ok = finite[start:end, None]
-                with tf32_weight_gradient(tf32):
-                    grad_weight.addmm_(dz.t(), torch.where(rows_ok, hidden[start:end], 0).to(dtype))
+                grad_weight = _add_weight_gradient(grad_weight, dz, torch.where(rows_ok, hidden[start:end], 0), tf32)
             if need_bias:
-                grad_bias += dz.sum(dim=0)
+                grad_bias += dz.sum(dim=0, dtype=dtype)
             if need_hidden:
                 grad_hidden[start:end] = dz.to(weight.dtype) @ weight
-            del z, dz
+            del dz
         if need_weight:
             grad_weight = grad_weight.to(weight.dtype)
         if need_bias:
             grad_bias = grad_bias.to(bias.dtype)
-        return grad_hidden, grad_weight, grad_bias, None, None, None, None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None
 
 
 def fused_head_log_probs(
@@ -206,9 +259,10 @@ def fused_head_log_probs(
     temperature: float,
     chunk_rows: int,
     with_entropy: bool,
+    kernels: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(logp, finite, entropy or None) of flat [N, H] ``hidden`` through ``head``; see the module doc."""
     logp, finite, entropy = FusedHeadLogProbs.apply(
-        hidden, head.weight, head.bias, targets, float(temperature), max(1, int(chunk_rows)), with_entropy
+        hidden, head.weight, head.bias, targets, float(temperature), max(1, int(chunk_rows)), with_entropy, kernels
     )
     return logp, finite, entropy if with_entropy else None

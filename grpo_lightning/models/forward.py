@@ -20,6 +20,7 @@ from torch import nn
 from grpo_lightning.algorithm.logprobs import TokenLogProbs, lm_head_log_probs, selective_log_probs
 from grpo_lightning.algorithm.packing import PackedMicroBatch, pack_micro_batch, scatter_completion
 from grpo_lightning.algorithm.truncation import Truncation
+from grpo_lightning.config.algorithm import logprob_chunk_mb
 from grpo_lightning.sharding import is_sharded
 
 # Mean |packed - padded| log-prob of the probe above which packing is declared broken. Both
@@ -44,11 +45,11 @@ def plain_output_head(model: nn.Module) -> nn.Linear | None:
 class CompletionLogProbs:
     """Float32 log-probs [B, C] of the completion tokens of a micro-batch, padded or packed.
 
-    ``chunk_mb`` bounds the float32 logits alive at once (``algorithm.logprob_chunk_mb``);
+    ``chunk_mb`` bounds the float32 logits alive at once (``algorithm.logprob_chunk_mb``, a number or auto);
     ``pack`` asks for padding-free passes (verified once by the probe, see the module doc).
     """
 
-    def __init__(self, chunk_mb: float, pack: bool):
+    def __init__(self, chunk_mb: float | str, pack: bool):
         self.chunk_mb = chunk_mb
         self.pack = pack
         self.packing_verified: bool | None = None  # None: the probe has not run yet
@@ -79,9 +80,9 @@ class CompletionLogProbs:
             model, input_ids, attention_mask, prompt_width, temperature, with_entropy, entropy_grad, truncation
         )
 
-    def _chunk_rows(self, vocab_size: int) -> int:
-        """Token positions per chunk so that their float32 logits fit ``chunk_mb``."""
-        return max(1, int(self.chunk_mb * 2**20) // (4 * vocab_size))
+    def _chunk_rows(self, vocab_size: int, device: torch.device) -> int:
+        """Token positions per chunk so that their float32 logits fit ``chunk_mb`` (auto: by ``device``)."""
+        return max(1, int(logprob_chunk_mb(self.chunk_mb, device.type) * 2**20) // (4 * vocab_size))
 
     def padded(
         self,
@@ -106,10 +107,10 @@ class CompletionLogProbs:
         head = plain_output_head(model)
         if head is not None:
             hidden = model.get_decoder()(**inputs).last_hidden_state[:, prompt_width - 1 : -1]
-            rows = self._chunk_rows(head.out_features)
+            rows = self._chunk_rows(head.out_features, hidden.device)
             return lm_head_log_probs(hidden, head, targets, temperature, rows, with_entropy, entropy_grad, truncation)
         logits = model(**inputs, logits_to_keep=targets.shape[1] + 1).logits[:, :-1]
-        rows = self._chunk_rows(logits.shape[-1])
+        rows = self._chunk_rows(logits.shape[-1], logits.device)
         return selective_log_probs(logits, targets, temperature, rows, with_entropy, entropy_grad, truncation)
 
     def packed(
@@ -135,7 +136,7 @@ class CompletionLogProbs:
                 head,
                 targets,
                 temperature,
-                self._chunk_rows(head.out_features),
+                self._chunk_rows(head.out_features, chosen.device),
                 with_entropy,
                 entropy_grad,
                 truncation,
@@ -147,7 +148,7 @@ class CompletionLogProbs:
                 chosen,
                 targets,
                 temperature,
-                self._chunk_rows(logits.shape[-1]),
+                self._chunk_rows(logits.shape[-1], chosen.device),
                 with_entropy,
                 entropy_grad,
                 truncation,

@@ -86,8 +86,9 @@ def step_bytes(cfg, shape: Shape) -> dict[str, int]:
         sequences = min(r.generation_batch_size or batch, batch)
         parts["rollout KV cache"] = 2 * shape.layers * shape.kv_width * sequences * tokens * w
     logits = micro * tokens * shape.vocab * 4
-    if a.logprob_chunk_mb > 0:
-        logits = min(logits, int(a.logprob_chunk_mb * (1 << 20)))
+    chunk_mb = a.chunk_mb("cuda" if t.accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available() else "cpu")
+    if chunk_mb > 0:
+        logits = min(logits, int(chunk_mb * (1 << 20)))
     activations = micro * tokens * shape.hidden * w * (shape.layers + _LAYER_WORK)
     parts[f"activations and logits of a {micro}-sequence micro-batch"] = activations + logits
     return parts

@@ -24,7 +24,7 @@ from grpo_lightning.config import (
     UnknownFieldError,
     validate_config,
 )
-from grpo_lightning.config.algorithm import divisors
+from grpo_lightning.config.algorithm import AUTO_LOGPROB_CHUNK_MB, divisors
 from grpo_lightning.config.compose import CONF_DIR, compose, schema
 from grpo_lightning.config.nodes import with_plugin_nodes
 from grpo_lightning.errors import ConfigError as BaseConfigError
@@ -243,3 +243,19 @@ def test_every_help_text_is_one_short_line():
                 walk(type(default))
 
     walk(TrainConfig)
+
+
+def test_logprob_chunk_mb_auto_keeps_a_cpus_budget_and_gives_a_gpu_larger_chunks():
+    auto = AlgorithmConfig()
+    assert auto.logprob_chunk_mb == "auto"
+    assert auto.chunk_mb("cpu") == AUTO_LOGPROB_CHUNK_MB["cpu"] == 96.0  # what the CPU memory table measured
+    assert auto.chunk_mb("cuda") == AUTO_LOGPROB_CHUNK_MB["gpu"] > auto.chunk_mb("cpu")
+    assert AlgorithmConfig(logprob_chunk_mb=32).chunk_mb("cuda") == 32.0  # a number is taken as is
+
+
+@pytest.mark.parametrize("bad", ["big", 0, -1.5, True])
+def test_a_bad_logprob_chunk_mb_is_refused_naming_the_field(bad):
+    cfg, _ = compose([OUT])
+    cfg.algorithm.logprob_chunk_mb = bad
+    with pytest.raises(ConfigError, match=r"logprob_chunk_mb=.* must be auto or a number > 0"):
+        validate_config(cfg)

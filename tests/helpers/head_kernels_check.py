@@ -1,0 +1,77 @@
+"""The fused head through its Triton kernels against its eager path, in Triton's CPU interpreter.
+
+Run by tests/unit/algorithm/test_head_kernels.py in a process of its own with TRITON_INTERPRET=1
+(Triton reads it at import). Random cases: shapes (vocabularies across the kernels' blocks),
+chunkings, temperatures, biases, frozen heads, poisoned rows, float32 and bfloat16. Exits 1 with
+the failing case on a mismatch; prints ``checked N cases`` at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from grpo_lightning.algorithm import fused_head, head_kernels
+
+
+def grads(hidden, head, targets, temperature, chunk, upstream, kernels):
+    h = hidden.detach().clone().requires_grad_(True)
+    params = [h] + [p for p in head.parameters() if p.requires_grad]
+    logp, finite, entropy = fused_head.fused_head_log_probs(
+        h, head, targets, temperature, chunk, with_entropy=True, kernels=kernels
+    )
+    return logp, finite, entropy, torch.autograd.grad((logp * upstream).sum(), params)
+
+
+def check(case: int) -> None:
+    gen = torch.Generator().manual_seed(case)
+    dtype = torch.bfloat16 if case % 3 == 0 else torch.float32
+    rows = int(torch.randint(1, 24, (), generator=gen))
+    width = int(torch.randint(2, 10, (), generator=gen))
+    big = case % 5 == 0  # more than one block of the kernels per row
+    vocab = int(torch.randint(4097, 6000, (), generator=gen)) if big else int(torch.randint(2, 300, (), generator=gen))
+    chunk = int(torch.randint(1, rows + 3, (), generator=gen))
+    temperature = float(torch.rand((), generator=gen)) * 1.5 + 0.3 if case % 2 else 1.0
+    head = torch.nn.Linear(width, vocab, bias=case % 4 == 1, dtype=dtype)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(vocab, width, generator=gen) * 2)
+        if head.bias is not None:
+            head.bias.copy_(torch.randn(vocab, generator=gen))
+    head.weight.requires_grad_(case % 4 != 0)
+    hidden = torch.randn(rows, width, generator=gen).to(dtype)
+    poisoned = torch.rand(rows, generator=gen) < 0.2
+    hidden[poisoned, 0] = float("nan") if case % 2 else float("inf")
+    targets = torch.randint(0, vocab, (rows,), generator=gen)
+    upstream = torch.randn(rows, generator=gen)
+
+    got = grads(hidden, head, targets, temperature, chunk, upstream, kernels=True)
+    want = grads(hidden, head, targets, temperature, chunk, upstream, kernels=False)
+    label = f"case {case}: {rows} rows, vocab {vocab}, chunk {chunk}, T={temperature:.3f}, {dtype}"
+    assert got[1].tolist() == want[1].tolist() == (~poisoned).tolist(), label
+    tol = {"rtol": 1e-5, "atol": 1e-5}
+    torch.testing.assert_close(got[0], want[0], **tol, msg=lambda m: f"{label}: logp {m}")
+    torch.testing.assert_close(got[2], want[2], **tol, msg=lambda m: f"{label}: entropy {m}")
+    for g, w in zip(got[3], want[3], strict=True):
+        assert torch.isfinite(g).all(), f"{label}: a poisoned row reached a gradient"
+        if dtype == torch.float32:  # the same arithmetic up to summation order
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4, msg=lambda m: f"{label}: gradient {m}")
+        else:  # dz rounded to bf16 before the matmuls (the eager path keeps float32): its 2^-9,
+            # grown where a sum over rows cancels (a bias's gradient over a few tokens)
+            error = float((g.float() - w.float()).norm() / w.float().norm().clamp_min(1e-12))
+            assert error < 3e-2, f"{label}: gradient relative error {error:.2e}"
+
+
+def main() -> None:
+    torch.set_num_threads(1)  # oneDNN's bf16 matmuls can split their sums differently run to run
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
+    head_kernels.usable = lambda device, dtype: dtype in head_kernels._KERNEL_DTYPES  # CPU tensors too
+    cases = int(sys.argv[1]) if len(sys.argv) > 1 else 60
+    for case in range(cases):
+        check(case)
+    print(f"checked {cases} cases")
+
+
+if __name__ == "__main__":
+    main()
