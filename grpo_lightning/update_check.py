@@ -20,13 +20,43 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t  # FSDP2: this rank's shard
 
 
-def _saved(state: dict) -> dict:
-    return {k: v.clone() if torch.is_tensor(v) else v for k, v in state.items()}
+def _groups(tensors: list[torch.Tensor]) -> list[list[int]]:
+    """Positions of ``tensors`` by device and dtype: a multi-tensor kernel takes one such group, and
+    a list that mixes them (bf16 weights and Adam's float32 step counts) runs one kernel per tensor."""
+    groups: dict[tuple, list[int]] = {}
+    for i, t in enumerate(tensors):
+        groups.setdefault((t.device, t.dtype), []).append(i)
+    return list(groups.values())
+
+
+def _copy_into(targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
+    """``targets[i].copy_(sources[i])``, a multi-tensor copy per device and dtype (FSDP2: shard by shard)."""
+    targets, sources = [_local(t) for t in targets], [_local(s) for s in sources]
+    with torch.no_grad():
+        for group in _groups(targets):
+            torch._foreach_copy_([targets[i] for i in group], [sources[i] for i in group])
+
+
+def _copies(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Copies of ``tensors``: one ``clone`` each was a kernel launch each on a GPU (2400 for a
+    24-layer model's weights and Adam moments, the GPU idle between)."""
+    copies = [torch.empty_like(t) for t in tensors]
+    _copy_into(copies, tensors)
+    return copies
+
+
+def _saved_states(optimizer: torch.optim.Optimizer, params: list) -> list[dict | None]:
+    """Each parameter's optimizer state (None before its first step), tensors copied."""
+    states = [dict(optimizer.state[p]) if p in optimizer.state else None for p in params]
+    slots = [(state, key) for state in states if state for key, v in state.items() if torch.is_tensor(v)]
+    for (state, key), copy in zip(slots, _copies([state[key] for state, key in slots]), strict=True):
+        state[key] = copy
+    return states
 
 
 def _restore(params: list, old: list, optimizer: torch.optim.Optimizer, states: list) -> None:
-    """The weights and optimizer state as before the trial: every tensor in one foreach copy."""
-    targets, sources = [_local(p) for p in params], [_local(o) for o in old]  # FSDP2: shard by shard
+    """The weights and optimizer state as before the trial: multi-tensor copies."""
+    targets, sources = list(params), list(old)
     for param, state in zip(params, states, strict=True):
         if state is None:  # the parameter's first step: no state before it
             optimizer.state.pop(param, None)
@@ -34,12 +64,11 @@ def _restore(params: list, old: list, optimizer: torch.optim.Optimizer, states: 
         for key, value in state.items():
             current = optimizer.state[param].get(key)
             if torch.is_tensor(value) and torch.is_tensor(current):
-                targets.append(_local(current))
-                sources.append(_local(value))
+                targets.append(current)
+                sources.append(value)
             else:
                 optimizer.state[param][key] = value
-    with torch.no_grad():
-        torch._foreach_copy_(targets, sources)
+    _copy_into(targets, sources)
 
 
 # A chunk holds at least this many elements: a small model is tried in one optimizer call (each
@@ -64,19 +93,25 @@ def _chunks(params: list) -> list[list]:
 
 
 def _largest_magnitudes(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """max |x| of each tensor (NaN where it holds one). Up to MIN_CHUNK_ELEMENTS elements in all
-    through one copy of their absolute values (a few times faster on CPU than the inf-norm); larger
+    """max |x| of each tensor (NaN where it holds one). Through one copy of their absolute values on
+    a GPU (multi-tensor kernels; the inf-norm has none there and ran one kernel per tensor) and on a
+    CPU up to MIN_CHUNK_ELEMENTS elements in all (a few times faster than the inf-norm); larger CPU
     chunks without the copy."""
-    if sum(t.numel() for t in tensors) <= MIN_CHUNK_ELEMENTS:
-        return list(torch._foreach_max(torch._foreach_abs(tensors)))
+    if tensors[0].is_cuda or sum(t.numel() for t in tensors) <= MIN_CHUNK_ELEMENTS:
+        out: list[torch.Tensor] = list(tensors)
+        for group in _groups(tensors):
+            maxima = torch._foreach_max(torch._foreach_abs([tensors[i] for i in group]))
+            for i, m in zip(group, maxima, strict=True):
+                out[i] = m
+        return out
     return list(torch._foreach_norm(tensors, ord=INF))
 
 
 def _trial(optimizer: torch.optim.Optimizer, group: dict, params: list) -> list[torch.Tensor]:
     """The largest magnitude of each new weight and state tensor of ``params`` after a step on them
     alone (NaN and inf propagate through it, a large finite value stays finite); then put back."""
-    old = [p.detach().clone() for p in params]
-    states = [_saved(optimizer.state[p]) if p in optimizer.state else None for p in params]
+    old = _copies([p.detach() for p in params])
+    states = _saved_states(optimizer, params)
     optimizer.param_groups = [{**group, "params": params}]
     try:
         optimizer.step()
