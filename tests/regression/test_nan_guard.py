@@ -49,6 +49,7 @@ def prepared_fit(policy, tokenizer, steps, *extra_callbacks, **algorithm):
     module = GRPOModule(policy, AlgorithmConfig(**{"micro_batch_size": 16, "lr": 1e-2, **algorithm}), rollout=rollout)
     snapshots = Snapshots()
     trainer = L.Trainer(
+        accelerator="cpu",  # on a GPU machine "auto" moved the fit to CUDA and back, and snapshots apart
         max_steps=steps,
         max_epochs=1,
         logger=False,
