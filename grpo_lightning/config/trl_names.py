@@ -211,7 +211,9 @@ TRL_NAMES: dict[str, TrlName] = {
     "repetition_penalty": TrlName(None, "Not implemented."),
     "sync_ref_model": TrlName(None, "The reference model stays the initial policy."),
     "disable_dropout": TrlName(None, "Not exposed."),
-    "use_liger_loss": TrlName(None, "Log-probs use our chunked float32 head (algorithm.logprob_chunk_mb)."),
+    "use_liger_loss": TrlName(
+        None, "Built in: the head is chunked (algorithm.logprob_chunk_mb), its softmax Triton kernels on GPUs."
+    ),
     "cast_lm_head_to_fp32": TrlName(None, "Always: log-probs are computed in float32."),
     "num_completions_to_print": TrlName(None, "See logger.table_rows for the wandb table."),
 }
