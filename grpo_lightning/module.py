@@ -122,7 +122,9 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
                 pass_k=eval_pass_k,
                 seed=rollout.seed,
             )
-        self.forward_pass = CompletionLogProbs(self.cfg.logprob_chunk_mb, self.cfg.pack_sequences)
+        self.forward_pass = CompletionLogProbs(
+            self.cfg.logprob_chunk_mb, self.cfg.pack_sequences, self.cfg.head_kernels
+        )
         self.replay = replayed_truncation(rollout, self.cfg)  # the engine's top-k / top-p, scored alike
         self.auto_checkpointing = auto_checkpointing
         self.checkpointing_choice: CheckpointingChoice | None = None  # auto's latest decision

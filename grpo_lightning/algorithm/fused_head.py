@@ -173,10 +173,11 @@ class FusedHeadLogProbs(torch.autograd.Function):
         entropy = hidden.new_empty(rows if with_entropy else 0, dtype=dtype)
         for start in range(0, rows, chunk_rows):
             end = min(start + chunk_rows, rows)
-            if kernels:  # the raw logits read once, in their own dtype
-                stats = head_kernels.row_stats(
-                    F.linear(hidden[start:end], weight, bias), targets[start:end], temperature, with_entropy
-                )
+            if kernels:  # the raw logits read once, in their own dtype (checked once per process)
+                raw = F.linear(hidden[start:end], weight, bias)
+                kernels = head_kernels.kernels_agree(raw, targets[start:end], temperature)
+            if kernels:
+                stats = head_kernels.row_stats(raw, targets[start:end], temperature, with_entropy)
                 logp[start:end], lse[start:end], finite[start:end] = stats[0], stats[1], stats[3]
                 if with_entropy:
                     entropy[start:end] = stats[2]

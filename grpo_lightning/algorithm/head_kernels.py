@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import torch
 
@@ -199,3 +200,55 @@ def logit_gradient_(
             num_warps=8,
         )
     return z
+
+
+# Rows of the first chunk that the kernels are checked on (see kernels_agree).
+CHECK_ROWS = 64
+# Per (device, logits dtype): whether the kernels agreed with the eager arithmetic on first use.
+_AGREED: dict[tuple[torch.device, torch.dtype], bool] = {}
+
+
+def kernels_agree(z: torch.Tensor, targets: torch.Tensor, temperature: float) -> bool:
+    """Whether the kernels agree with the eager float32 arithmetic on this device and dtype: checked
+    once per process on the first ``CHECK_ROWS`` rows of ``z`` (a compiler or driver that builds
+    them wrong must not train on wrong gradients silently); a disagreement warns once."""
+    key = (z.device, z.dtype)
+    if key not in _AGREED:
+        problem = _disagreement(z[:CHECK_ROWS], targets[:CHECK_ROWS], temperature)
+        _AGREED[key] = problem is None
+        if problem:
+            warnings.warn(
+                f"the output head's Triton kernels ({z.dtype} logits on {z.device}) disagree with the eager "
+                f"float32 path: {problem}; the head runs eagerly from now on (algorithm.head_kernels=false "
+                "skips the kernels and this check)",
+                stacklevel=4,
+            )
+    return _AGREED[key]
+
+
+def _disagreement(z: torch.Tensor, targets: torch.Tensor, temperature: float) -> str | None:
+    """What differs between the kernels and eager float32 on these rows, beyond rounding; None if nothing."""
+    x = z.float() / temperature
+    finite = torch.isfinite(x).all(dim=-1)
+    x = torch.where(finite[:, None], x, 0.0)  # a poisoned row is scored as all zeros, as the kernels do
+    lse = torch.logsumexp(x, dim=-1)
+    logp = torch.where(finite, x.gather(-1, targets[:, None]).squeeze(-1) - lse, 0.0)
+    log_q = torch.log_softmax(x, dim=-1)
+    p = log_q.exp()
+    entropy = -(p * log_q).sum(dim=-1)  # centred, as the kernels sum it: lse - E[x] would cancel
+    grad = torch.where(finite, torch.linspace(-1.0, 1.0, len(z), device=z.device), 0.0)
+    want_dz = -grad[:, None] * p
+    want_dz[torch.arange(len(z), device=z.device), targets] += grad
+    got_logp, got_lse, got_entropy, got_finite = row_stats(z, targets, temperature, with_entropy=True)
+    got_dz = logit_gradient_(z.clone(), targets, got_lse, grad, temperature).float()
+    if not torch.equal(got_finite, finite):
+        return "they flag other rows as non-finite"
+    for name, got, want in (("log-probs", got_logp, logp), ("entropies", got_entropy, entropy)):
+        if not torch.allclose(got, want, rtol=1e-4, atol=1e-4):  # the same float32 arithmetic, reordered
+            return f"{name} differ by up to {float((got - want).abs().max()):.2e}"
+    # the kernels' gradient is rounded to the logits' dtype (2^-8 of each element at most, bf16), and
+    # g - g p cancels for a token of probability near 1: a few float32 ulps of |g| <= 1 either way
+    bound = 2.0**-7 * want_dz.abs() + 1e-6
+    if not bool(((got_dz - want_dz).abs() <= bound).all()):
+        return f"logit gradients differ by up to {float((got_dz - want_dz).abs().max()):.2e}"
+    return None

@@ -111,6 +111,7 @@ def lm_head_log_probs(
     with_entropy: bool = False,
     entropy_grad: bool = False,
     truncation: Truncation | None = None,
+    kernels: bool = True,
 ) -> TokenLogProbs:
     """Like :func:`selective_log_probs`, from the final hidden states [B, T, H].
 
@@ -120,7 +121,8 @@ def lm_head_log_probs(
     (:mod:`grpo_lightning.algorithm.fused_head`) that keeps one [chunk, V] block alive at a
     time. The entropy bonus needs the entropy's gradient, and a head with forward hooks must
     be called as a module: those cases checkpoint each chunk through plain autograd instead,
-    which keeps several such blocks during its backward.
+    which keeps several such blocks during its backward. ``kernels``: on a GPU, the head's
+    softmax as Triton kernels (``algorithm.head_kernels``).
     """
     if hidden.shape[:-1] != targets.shape:
         raise ValueError(f"hidden {tuple(hidden.shape)} and targets {tuple(targets.shape)} do not align")
@@ -128,7 +130,9 @@ def lm_head_log_probs(
     flat_hidden, flat_targets = hidden.reshape(-1, width), targets.reshape(-1)
     replay = truncation is not None and truncation.active  # the fused head scores the full softmax only
     if not (entropy_grad and with_entropy) and not replay and _fusable(lm_head):
-        fused = fused_head_log_probs(flat_hidden, lm_head, flat_targets, temperature, chunk_size, with_entropy)
+        fused = fused_head_log_probs(
+            flat_hidden, lm_head, flat_targets, temperature, chunk_size, with_entropy, kernels=kernels
+        )
         return _assemble([fused], batch, time, with_entropy)
 
     def chunk(h: torch.Tensor, t: torch.Tensor):

@@ -85,6 +85,11 @@ class AlgorithmConfig(PluginNodes):
         "Memory budget (MB) of the float32 logits alive at once in the log-prob pass; auto: 96 on a CPU, "
         "1024 on a GPU.",
     )
+    head_kernels: bool = option(
+        True,
+        "On a GPU with Triton, the output head's softmax as two kernels (checked once against the eager "
+        "float32 path, which takes over with a warning if they differ); false: the eager path.",
+    )
     corrections: list[str] = option(
         [],
         "Off-policy corrections by name, combined (docs/corrections.md: icepop, tis_token, ...); options algorithm.<name>.*.",

@@ -49,8 +49,9 @@ class CompletionLogProbs:
     ``pack`` asks for padding-free passes (verified once by the probe, see the module doc).
     """
 
-    def __init__(self, chunk_mb: float | str, pack: bool):
+    def __init__(self, chunk_mb: float | str, pack: bool, kernels: bool = True):
         self.chunk_mb = chunk_mb
+        self.kernels = kernels  # algorithm.head_kernels
         self.pack = pack
         self.packing_verified: bool | None = None  # None: the probe has not run yet
         self.last_padding_share: float | None = None  # of the last packed micro-batch
@@ -108,7 +109,9 @@ class CompletionLogProbs:
         if head is not None:
             hidden = model.get_decoder()(**inputs).last_hidden_state[:, prompt_width - 1 : -1]
             rows = self._chunk_rows(head.out_features, hidden.device)
-            return lm_head_log_probs(hidden, head, targets, temperature, rows, with_entropy, entropy_grad, truncation)
+            return lm_head_log_probs(
+                hidden, head, targets, temperature, rows, with_entropy, entropy_grad, truncation, self.kernels
+            )
         logits = model(**inputs, logits_to_keep=targets.shape[1] + 1).logits[:, :-1]
         rows = self._chunk_rows(logits.shape[-1], logits.device)
         return selective_log_probs(logits, targets, temperature, rows, with_entropy, entropy_grad, truncation)
@@ -140,6 +143,7 @@ class CompletionLogProbs:
                 with_entropy,
                 entropy_grad,
                 truncation,
+                self.kernels,
             )
         else:
             logits = model(**inputs).logits

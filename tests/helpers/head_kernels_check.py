@@ -70,6 +70,18 @@ def main() -> None:
     cases = int(sys.argv[1]) if len(sys.argv) > 1 else 60
     for case in range(cases):
         check(case)
+    for dtype in (torch.float32, torch.bfloat16):  # the first-use check: no false alarm on hard rows
+        gen = torch.Generator().manual_seed(1)
+        z = (torch.randn(64, 5000, generator=gen) * 40).to(dtype)  # large logits
+        z[:8, 7] = z[:8].float().amax(dim=-1).to(dtype) + 15  # probability ~1 - 3e-7: g - g p cancels
+        targets = torch.randint(0, 5000, (64,), generator=gen)
+        targets[:4] = 7
+        z[9, 3] = float("nan")
+        problem = head_kernels._disagreement(z, targets, 0.9)
+        assert problem is None, f"{dtype}: the check rejects correct kernels: {problem}"
+    # the kernels ran: their first-use check agreed for both dtypes (else the eager path ran twice)
+    agreed = {str(dtype): ok for (_, dtype), ok in head_kernels._AGREED.items()}
+    assert agreed == {"torch.float32": True, "torch.bfloat16": True}, agreed
     print(f"checked {cases} cases")
 
 
