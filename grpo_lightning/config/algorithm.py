@@ -87,8 +87,8 @@ class AlgorithmConfig(PluginNodes):
     )
     head_kernels: bool = option(
         True,
-        "On a GPU with Triton, the output head's softmax as two kernels (checked once against the eager "
-        "float32 path, which takes over with a warning if they differ); false: the eager path.",
+        "On a GPU with Triton, the output head's softmax as two kernels, checked once against the eager "
+        "path; false: eager.",
     )
     corrections: list[str] = option(
         [],
