@@ -17,6 +17,8 @@ import pytest
 import torch
 
 from grpo_lightning.algorithm import fused_head, head_kernels
+from grpo_lightning.config import AlgorithmConfig
+from grpo_lightning.module import GRPOModule
 
 HELPER = Path(__file__).resolve().parents[2] / "helpers" / "head_kernels_check.py"
 ROOT = HELPER.parents[2]
@@ -156,3 +158,15 @@ def test_head_kernels_false_never_calls_them(monkeypatch):
     calls = _stand_in_kernels(monkeypatch)
     _head_pass(kernels=False)
     assert calls == {"row_stats": 0, "logit_gradient_": 0}
+
+
+@pytest.mark.parametrize("setting", [True, False])
+def test_algorithm_head_kernels_reaches_the_head_from_the_log_prob_pass(monkeypatch, policy, setting):
+    """``algorithm.head_kernels`` travels from the config through the log-prob pass to the head."""
+    calls = _stand_in_kernels(monkeypatch)
+    module = GRPOModule(policy, AlgorithmConfig(head_kernels=setting))
+    vocab = policy.get_output_embeddings().out_features
+    ids = torch.randint(0, vocab, (3, 10), generator=torch.Generator().manual_seed(0))
+    out = module.forward_pass.padded(policy, ids, torch.ones_like(ids), 4, 1.0, with_entropy=True)
+    assert torch.isfinite(out.logp).all()
+    assert (calls["row_stats"] > 0) is setting
