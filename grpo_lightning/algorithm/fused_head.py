@@ -230,14 +230,12 @@ class FusedHeadLogProbs(torch.autograd.Function):
                     dz = head_kernels.logit_gradient_(
                         raw, targets[start:end], lse[start:end], grad_rows[start:end], temperature
                     )
-                else:
+                else:  # dz = g * (onehot(y) - softmax(z)), built in place over the float32 logits
                     z, _ = _chunk_logits(hidden[start:end], weight, bias, temperature)
-            if not ctx.kernels:
-                g = grad_rows[start:end, None]
-                # dz = g * (onehot(y) - softmax(z)), built in place over the float32 logits
-                dz = z.sub_(lse[start:end, None]).exp_().mul_(-g)
-                dz.scatter_add_(-1, targets[start:end, None], g)
-                del z
+                    g = grad_rows[start:end, None]
+                    dz = z.sub_(lse[start:end, None]).exp_().mul_(-g)
+                    dz.scatter_add_(-1, targets[start:end, None], g)
+                    del z
             if need_weight:  # a poisoned row's dz is 0, but 0 x NaN is NaN: leave its hidden state out
                 rows_ok = finite[start:end, None]
                 grad_weight = _add_weight_gradient(grad_weight, dz, torch.where(rows_ok, hidden[start:end], 0), tf32)

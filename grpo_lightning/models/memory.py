@@ -86,7 +86,7 @@ def step_bytes(cfg, shape: Shape) -> dict[str, int]:
         sequences = min(r.generation_batch_size or batch, batch)
         parts["rollout KV cache"] = 2 * shape.layers * shape.kv_width * sequences * tokens * w
     logits = micro * tokens * shape.vocab * 4
-    chunk_mb = a.chunk_mb("cuda" if t.accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available() else "cpu")
+    chunk_mb = a.chunk_mb("cuda" if steps_on_gpu(t.accelerator) else "cpu")
     if chunk_mb > 0:
         logits = min(logits, int(chunk_mb * (1 << 20)))
     activations = micro * tokens * shape.hidden * w * (shape.layers + _LAYER_WORK)
@@ -94,9 +94,14 @@ def step_bytes(cfg, shape: Shape) -> dict[str, int]:
     return parts
 
 
+def steps_on_gpu(accelerator: str) -> bool:
+    """Whether ``trainer.accelerator`` puts the step on a GPU here."""
+    return accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available()
+
+
 def available_bytes(accelerator: str) -> tuple[int, str]:
     """Free memory where the step runs: this rank's GPU, else the machine's available RAM."""
-    if accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
+    if steps_on_gpu(accelerator):
         device = int(os.environ.get("LOCAL_RANK", 0))
         return torch.cuda.mem_get_info(device)[0], f"free on GPU {device}"
     return psutil.virtual_memory().available, "of CPU memory available"
