@@ -220,7 +220,8 @@ def tf32_head_check(device: str) -> dict | None:
     def weight_grad(dtype=None):
         weight = head.weight.detach().to(dtype or head.weight.dtype).requires_grad_(True)
         h = hidden.to(dtype or hidden.dtype)
-        logp, _, _ = fused_head.FusedHeadLogProbs.apply(h, weight, None, targets, 1.0, 1024, False)
+        # the eager path's TF32 choice (the Triton kernels' path takes 16-bit operands: gpu_head.py)
+        logp, _, _ = fused_head.FusedHeadLogProbs.apply(h, weight, None, targets, 1.0, 1024, False, False)
         (logp * grad.to(logp.dtype)).sum().backward()
         return weight.grad.double()
 
