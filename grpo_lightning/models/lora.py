@@ -18,11 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+from grpo_lightning.models.weight_files import overwrite_tensors
 
 if TYPE_CHECKING:
     from grpo_lightning.config import LoraModelConfig
@@ -161,24 +164,39 @@ def merged_state_dict(model: nn.Module, state: dict[str, torch.Tensor] | None = 
     """
     if not is_peft_model(model):
         return state if state is not None else model.state_dict()
+    return dict(merged_weights(model, state))
+
+
+@torch.no_grad()
+def merged_weights(
+    model: nn.Module, state: dict[str, torch.Tensor] | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """:func:`merged_state_dict`'s items one at a time: each merged weight is made when it is reached,
+    so a consumer that lets go of it (a weight sync, a file) never holds all of them."""
+    for name, tensor, merge in _plain_weights(model, state):
+        yield name, merge() if merge is not None else tensor
+
+
+def _plain_weights(model: nn.Module, state: dict[str, torch.Tensor] | None):
+    """(plain HF name, the base tensor, a function making its merged tensor or None) for each weight of
+    a peft policy (the adapters' own tensors left out)."""
     base = model.get_base_model()
     if state is None:
         state = base.state_dict()
     else:
         state = {k.removeprefix(_PEFT_PREFIX): v for k, v in state.items()}
     layers = _adapted_layers(base)
-    merged: dict[str, torch.Tensor] = {}
     for key, tensor in state.items():
         if _BASE not in key:
             if ".lora_" not in key:
-                merged[key] = tensor
+                yield key, tensor, None
             continue
         owner, leaf = key.split(_BASE, 1)
         layer = layers.get(owner)
+        merge = None
         if leaf == "weight" and layer is not None:
-            tensor = _merged_weight(layer, tensor, state, owner)
-        merged[f"{owner}.{leaf}"] = tensor
-    return merged
+            merge = partial(_merged_weight, layer, tensor, state, owner)
+        yield f"{owner}.{leaf}", tensor, merge
 
 
 def _merged_weight(layer: nn.Module, weight: torch.Tensor, state: dict, owner: str) -> torch.Tensor:
@@ -206,7 +224,7 @@ def _merged_weight(layer: nn.Module, weight: torch.Tensor, state: dict, owner: s
 
 def engine_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """What a weight sync pushes into an engine: the merged weights of a LoRA policy, else its state dict."""
-    return iter(merged_state_dict(model).items())
+    return merged_weights(model) if is_peft_model(model) else iter(model.state_dict().items())
 
 
 def save_adapter(model: nn.Module, folder: str | Path, state: dict[str, torch.Tensor] | None = None) -> Path:
@@ -230,14 +248,29 @@ def save_merged(
     """
     folder = Path(folder)
     base = model.get_base_model() if is_peft_model(model) else model
-    if is_peft_model(model) or state is not None:
-        base.save_pretrained(str(folder), state_dict=merged_state_dict(model, state), safe_serialization=True)
+    if is_peft_model(model):
+        _save_merged_in_place(model, base, folder, state)
+    elif state is not None:
+        base.save_pretrained(str(folder), state_dict=state, safe_serialization=True)
     else:
         base.save_pretrained(str(folder), safe_serialization=True)
     _plain_architectures(folder)
     if tokenizer is not None:
         tokenizer.save_pretrained(str(folder))
     return folder
+
+
+def _save_merged_in_place(model: nn.Module, base: nn.Module, folder: Path, state: dict | None) -> None:
+    """transformers writes the unmerged weights under their plain names (its tied weights, shards and
+    names), then each merged weight is made and written over its own bytes, one at a time: no second
+    copy of the adapted weights (most of the model) at the end of a run. Where transformers wrote a
+    weight differently (renamed, converted), the folder is written again from the whole merged dict."""
+    plain = list(_plain_weights(model, state))
+    base.save_pretrained(str(folder), state_dict={n: t for n, t, _ in plain}, safe_serialization=True)
+    merges = {n: (t, merge) for n, t, merge in plain if merge is not None}
+    if not overwrite_tensors(folder, merges):
+        del plain, merges
+        base.save_pretrained(str(folder), state_dict=merged_state_dict(model, state), safe_serialization=True)
 
 
 def _plain_architectures(folder: Path) -> None:
