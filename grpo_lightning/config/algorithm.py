@@ -20,15 +20,20 @@ from grpo_lightning.config.nodes import PluginNodes
 AUTO_MICRO_BATCH_MAX = 32
 AUTO_MICRO_BATCH_TOKENS = 32 * 128
 # logprob_chunk_mb=auto: a CPU keeps its memory (the logit blocks were most of a LoRA step's peak above
-# the weights); a GPU takes few, large head matmuls: each chunk also reads and writes the float32
-# head-weight gradient (545 MB on a 152k x 896 head), 100 times a step at 96 MB.
-AUTO_LOGPROB_CHUNK_MB = {"cpu": 96.0, "gpu": 1024.0}
+# the weights); with a frozen head (LoRA) no gradient sum spans blocks, so smaller ones cost no time
+# (170 rows of SmolLM2's 49k vocabulary took as long as 512) and cut the training forward's peak. A GPU
+# takes few, large head matmuls: each chunk also reads and writes the float32 head-weight gradient
+# (545 MB on a 152k x 896 head), 100 times a step at 96 MB.
+AUTO_LOGPROB_CHUNK_MB = {"cpu": 96.0, "cpu, frozen head": 32.0, "gpu": 1024.0}
 
 
-def logprob_chunk_mb(value: Any, device_type: str) -> float:
-    """``algorithm.logprob_chunk_mb`` (a number or auto) in MB for a ``device_type`` ("cpu", "cuda", ...) device."""
+def logprob_chunk_mb(value: Any, device_type: str, frozen_head: bool = False) -> float:
+    """``algorithm.logprob_chunk_mb`` (a number or auto) in MB for a ``device_type`` ("cpu", "cuda", ...)
+    device; ``frozen_head``: a pass with gradients through an output head whose weight does not train."""
     if value == "auto":
-        return AUTO_LOGPROB_CHUNK_MB["cpu" if device_type == "cpu" else "gpu"]
+        if device_type != "cpu":
+            return AUTO_LOGPROB_CHUNK_MB["gpu"]
+        return AUTO_LOGPROB_CHUNK_MB["cpu, frozen head" if frozen_head else "cpu"]
     return float(value)
 
 
@@ -82,8 +87,8 @@ class AlgorithmConfig(PluginNodes):
     pack_sequences: bool = option(True, "Padding-free training passes: pack each micro-batch's sequences into rows.")
     logprob_chunk_mb: Any = option(
         "auto",
-        "Memory budget (MB) of the float32 logits alive at once in the log-prob pass; auto: 96 on a CPU, "
-        "1024 on a GPU.",
+        "Memory budget (MB) of the float32 logits alive at once in the log-prob pass; auto: 96 on a CPU "
+        "(32 if the head is frozen), 1024 on a GPU.",
     )
     head_kernels: bool = option(
         True,

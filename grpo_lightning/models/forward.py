@@ -81,9 +81,11 @@ class CompletionLogProbs:
             model, input_ids, attention_mask, prompt_width, temperature, with_entropy, entropy_grad, truncation
         )
 
-    def _chunk_rows(self, vocab_size: int, device: torch.device) -> int:
-        """Token positions per chunk so that their float32 logits fit ``chunk_mb`` (auto: by ``device``)."""
-        return max(1, int(logprob_chunk_mb(self.chunk_mb, device.type) * 2**20) // (4 * vocab_size))
+    def _chunk_rows(self, vocab_size: int, device: torch.device, head: nn.Linear | None = None) -> int:
+        """Token positions per chunk so that their float32 logits fit ``chunk_mb`` (auto: by ``device``,
+        and smaller through a frozen ``head`` in a pass with gradients: LoRA's training forward)."""
+        frozen = head is not None and not head.weight.requires_grad and torch.is_grad_enabled()
+        return max(1, int(logprob_chunk_mb(self.chunk_mb, device.type, frozen) * 2**20) // (4 * vocab_size))
 
     def padded(
         self,
@@ -108,7 +110,7 @@ class CompletionLogProbs:
         head = plain_output_head(model)
         if head is not None:
             hidden = model.get_decoder()(**inputs).last_hidden_state[:, prompt_width - 1 : -1]
-            rows = self._chunk_rows(head.out_features, hidden.device)
+            rows = self._chunk_rows(head.out_features, hidden.device, head)
             return lm_head_log_probs(
                 hidden, head, targets, temperature, rows, with_entropy, entropy_grad, truncation, self.kernels
             )
@@ -139,7 +141,7 @@ class CompletionLogProbs:
                 head,
                 targets,
                 temperature,
-                self._chunk_rows(head.out_features, chosen.device),
+                self._chunk_rows(head.out_features, chosen.device, head),
                 with_entropy,
                 entropy_grad,
                 truncation,

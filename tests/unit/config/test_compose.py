@@ -24,7 +24,7 @@ from grpo_lightning.config import (
     UnknownFieldError,
     validate_config,
 )
-from grpo_lightning.config.algorithm import AUTO_LOGPROB_CHUNK_MB, divisors
+from grpo_lightning.config.algorithm import AUTO_LOGPROB_CHUNK_MB, divisors, logprob_chunk_mb
 from grpo_lightning.config.compose import CONF_DIR, compose, schema
 from grpo_lightning.config.nodes import with_plugin_nodes
 from grpo_lightning.errors import ConfigError as BaseConfigError
@@ -251,6 +251,9 @@ def test_logprob_chunk_mb_auto_keeps_a_cpus_budget_and_gives_a_gpu_larger_chunks
     assert auto.chunk_mb("cpu") == AUTO_LOGPROB_CHUNK_MB["cpu"] == 96.0  # what the CPU memory table measured
     assert auto.chunk_mb("cuda") == AUTO_LOGPROB_CHUNK_MB["gpu"] > auto.chunk_mb("cpu")
     assert AlgorithmConfig(logprob_chunk_mb=32).chunk_mb("cuda") == 32.0  # a number is taken as is
+    assert logprob_chunk_mb("auto", "cpu", frozen_head=True) == AUTO_LOGPROB_CHUNK_MB["cpu, frozen head"] == 32.0
+    assert logprob_chunk_mb("auto", "cuda", frozen_head=True) == AUTO_LOGPROB_CHUNK_MB["gpu"]
+    assert logprob_chunk_mb(64, "cpu", frozen_head=True) == 64.0
 
 
 @pytest.mark.parametrize("bad", ["big", 0, -1.5, True])

@@ -177,3 +177,26 @@ def test_a_deep_copy_reference_keeps_the_policys_dtype_and_log_probs_stay_float3
 def test_lora_without_kl_has_no_reference():
     policy, _ = lora_policy()
     assert GRPOModule(copy.deepcopy(policy), AlgorithmConfig(beta=0.0)).reference is None
+
+
+@pytest.mark.parametrize("lora", [True, False])
+def test_auto_chunks_are_smaller_only_through_a_frozen_head_with_gradients(monkeypatch, lora):
+    """logprob_chunk_mb=auto on a CPU: 32 MB of logits through LoRA's frozen head in the training
+    forward (no head-gradient sum spans blocks), 96 MB where the head trains or nothing does."""
+    import grpo_lightning.models.forward as forward
+    from grpo_lightning.config.algorithm import AUTO_LOGPROB_CHUNK_MB
+
+    seen = []
+    real = forward.lm_head_log_probs
+    monkeypatch.setattr(forward, "lm_head_log_probs", lambda *a, **k: seen.append(a[4]) or real(*a, **k))
+    policy = lora_policy()[0] if lora else load_policy(ModelConfig())[0]
+    vocab = policy.get_output_embeddings().out_features
+    passes = forward.CompletionLogProbs("auto", pack=False)
+    mask = torch.ones_like(IDS)
+    passes(policy, IDS, mask, prompt_width=3, temperature=1.0)
+    with torch.no_grad():
+        passes(policy, IDS, mask, prompt_width=3, temperature=1.0)
+    rows = {mb: int(mb * 2**20) // (4 * vocab) for mb in AUTO_LOGPROB_CHUNK_MB.values()}
+    with_grad = AUTO_LOGPROB_CHUNK_MB["cpu, frozen head" if lora else "cpu"]
+    assert seen == [rows[with_grad], rows[AUTO_LOGPROB_CHUNK_MB["cpu"]]]
+    assert rows[AUTO_LOGPROB_CHUNK_MB["cpu, frozen head"]] < rows[AUTO_LOGPROB_CHUNK_MB["cpu"]]
