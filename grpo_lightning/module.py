@@ -219,12 +219,14 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
         batches = list(micro_batches(rollout, size))
         in_loss = sequences_in_loss(rollout, self.cfg)
         mask = rollout.trained_mask.float() * (in_loss[:, None] if in_loss is not None else 1.0)
+        reference = self._reference_log_probs(rollout, batches) if self.reference is not None else None
+        trim_heap()  # the reference pass's freed blocks back to the OS before the training forward
         return PreparedBatch(
             micro_batches=batches,
             advantages=compute_advantages(rollout.rewards, rollout.group_size, self.cfg),
             normalizer=self._sum_over_ranks(loss_normalizer(mask, self.cfg.loss_agg, rollout.max_new_tokens)),
             max_new_tokens=rollout.max_new_tokens,
-            reference=self._reference_log_probs(rollout, batches) if self.reference is not None else None,
+            reference=reference,
             old=None,  # num_iterations > 1: recorded by the first pass (see training_step), not recomputed
             in_loss=in_loss,
         )
@@ -257,6 +259,9 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
                 truncation=self.replay,
             )
             terms = micro_batch_loss(logprobs, mb, prepared, self.cfg)
+            # The forward's freed blocks (checkpointed layers, logit chunks) back to the OS before the
+            # backward makes the gradients: on a LoRA step the heap held ~270 MB free there (allocator.py).
+            trim_heap()
             with self._no_sync(index == len(batches) - 1):
                 self._backward(terms.loss * scale)
             recorder.add(mb, logprobs, terms)

@@ -83,8 +83,8 @@ class CompletionLogProbs:
 
     def _chunk_rows(self, vocab_size: int, device: torch.device, head: nn.Linear | None = None) -> int:
         """Token positions per chunk so that their float32 logits fit ``chunk_mb`` (auto: by ``device``,
-        and smaller through a frozen ``head`` in a pass with gradients: LoRA's training forward)."""
-        frozen = head is not None and not head.weight.requires_grad and torch.is_grad_enabled()
+        and smaller through a frozen ``head``: LoRA's, a reference model's)."""
+        frozen = head is not None and not head.weight.requires_grad
         return max(1, int(logprob_chunk_mb(self.chunk_mb, device.type, frozen) * 2**20) // (4 * vocab_size))
 
     def padded(

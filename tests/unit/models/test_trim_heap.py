@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import fit, make_config
 
+import grpo_lightning.module as module
 from grpo_lightning.models.allocator import trim_heap
 
 
@@ -38,3 +40,28 @@ def test_freed_blocks_below_a_live_one_go_back_to_the_os():
     released = before - rss_mb()
     libc.free(pin)
     assert released > 8, f"only {released:.1f} MB of 16 freed went back to the OS"
+
+
+def test_a_step_trims_the_heap_between_its_passes(monkeypatch):
+    """Freed blocks go back to the OS after the reference pass, between each micro-batch's forward
+    and backward, and after the optimizer step: on a LoRA step the heap held ~270 MB free when the
+    backward began (docs/performance.md, Memory)."""
+    events = []
+    monkeypatch.setattr(module, "trim_heap", lambda: events.append("trim"))
+    for name in ("_reference_log_probs", "_backward"):
+        real = getattr(module.GRPOModule, name)
+
+        def spy(self, *args, _real=real, _name=name, **kwargs):
+            events.append(f"{_name} starts")
+            out = _real(self, *args, **kwargs)
+            events.append(f"{_name} ends")
+            return out
+
+        monkeypatch.setattr(module.GRPOModule, name, spy)
+    fit(make_config(1, **{"algorithm.micro_batch_size": 32}))
+    assert events.count("_reference_log_probs ends") == 1
+    assert events[events.index("_reference_log_probs ends") + 1] == "trim"  # before the training forward
+    backwards = [i for i, e in enumerate(events) if e == "_backward starts"]
+    assert len(backwards) == 4  # 128 sequences in micro-batches of 32: a trim before each backward
+    assert all(events[i - 1] == "trim" for i in backwards)
+    assert events[-1] == "trim"  # after the optimizer step, before the next rollout
