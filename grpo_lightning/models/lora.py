@@ -11,7 +11,8 @@
   place. The policy is never merged and unmerged, so its base weights never drift (merging
   and unmerging a bfloat16 weight in place does not give back the same bits).
 * :func:`save_adapter` and :func:`save_merged` write the adapter folder (loads with
-  ``PeftModel.from_pretrained``) and a merged folder that loads with plain transformers.
+  ``PeftModel.from_pretrained``) and a merged folder that loads with plain transformers; the
+  merged weights go into the file one at a time (:mod:`grpo_lightning.models.weight_files`).
 """
 
 from __future__ import annotations
@@ -164,17 +165,7 @@ def merged_state_dict(model: nn.Module, state: dict[str, torch.Tensor] | None = 
     """
     if not is_peft_model(model):
         return state if state is not None else model.state_dict()
-    return dict(merged_weights(model, state))
-
-
-@torch.no_grad()
-def merged_weights(
-    model: nn.Module, state: dict[str, torch.Tensor] | None = None
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """:func:`merged_state_dict`'s items one at a time: each merged weight is made when it is reached,
-    so a consumer that lets go of it (a weight sync, a file) never holds all of them."""
-    for name, tensor, merge in _plain_weights(model, state):
-        yield name, merge() if merge is not None else tensor
+    return {name: merge() if merge is not None else tensor for name, tensor, merge in _plain_weights(model, state)}
 
 
 def _plain_weights(model: nn.Module, state: dict[str, torch.Tensor] | None):
@@ -224,7 +215,7 @@ def _merged_weight(layer: nn.Module, weight: torch.Tensor, state: dict, owner: s
 
 def engine_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """What a weight sync pushes into an engine: the merged weights of a LoRA policy, else its state dict."""
-    return merged_weights(model) if is_peft_model(model) else iter(model.state_dict().items())
+    return iter(merged_state_dict(model).items())  # made now: the sync's merge time is measured here
 
 
 def save_adapter(model: nn.Module, folder: str | Path, state: dict[str, torch.Tensor] | None = None) -> Path:
@@ -260,6 +251,7 @@ def save_merged(
     return folder
 
 
+@torch.no_grad()
 def _save_merged_in_place(model: nn.Module, base: nn.Module, folder: Path, state: dict | None) -> None:
     """transformers writes the unmerged weights under their plain names (its tied weights, shards and
     names), then each merged weight is made and written over its own bytes, one at a time: no second
