@@ -18,6 +18,7 @@ from transformers.utils import logging as hf_logging
 
 from grpo_lightning.models.allocator import trim_heap
 from grpo_lightning.models.lora import is_peft_model, save_adapter, save_merged
+from grpo_lightning.rollout.temp_folders import process_alive
 
 ADAPTER_FOLDER = "adapter"  # a LoRA policy's adapter folder, inside the exported one
 
@@ -36,6 +37,7 @@ def export_hf(
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = folder.parent / f".{folder.name}.tmp{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
+    _remove_abandoned(folder)
     # No progress bar: one line of noise per export, and inside a Jupyter kernel tqdm's
     # write can recurse until the export fails (seen in notebooks/quickstart.ipynb).
     bars = hf_logging.is_progress_bar_enabled()
@@ -62,3 +64,16 @@ def export_hf(
     else:
         staging.rename(folder)
     return folder
+
+
+def _remove_abandoned(folder: Path) -> None:
+    """Remove the staging and replaced copies (``.<name>.tmp<pid>``, ``.<name>.old<pid>``) that an
+    export killed mid-write left next to ``folder``: each is a whole model on disk, and its process
+    is gone. A folder whose process still runs (or whose pid a new process took) is kept; pids are
+    this machine's (one run writes an output folder at a time)."""
+    for leftover in folder.parent.glob(f".{folder.name}.*"):
+        suffix = leftover.name.removeprefix(f".{folder.name}.")
+        kind, pid = suffix[:3], suffix[3:]
+        if kind not in ("tmp", "old") or not pid.isdigit() or int(pid) == os.getpid() or process_alive(int(pid)):
+            continue
+        shutil.rmtree(leftover, ignore_errors=True)

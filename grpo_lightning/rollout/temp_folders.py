@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine exists (another user's counts: not ours to clean)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -29,7 +30,7 @@ def remove_orphans(kind: str, root: str | None = None) -> list[Path]:
     removed = []
     for path in Path(root or tempfile.gettempdir()).glob(f"grpo-{kind}-pid*-*"):
         match = owner.match(path.name)
-        if match and path.is_dir() and not path.is_symlink() and not _alive(int(match.group(1))):
+        if match and path.is_dir() and not path.is_symlink() and not process_alive(int(match.group(1))):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed

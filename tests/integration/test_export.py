@@ -10,6 +10,7 @@ manual check.)
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -78,3 +79,22 @@ def test_examples_evaluate_takes_the_exported_folder(tmp_path, capsys, monkeypat
     out = capsys.readouterr().out
     assert "'val/accuracy'" in out and ("ok  " in out or "bad " in out)
     sys.modules.pop("evaluate", None)
+
+
+def test_an_export_killed_mid_write_leaves_nothing_for_the_next_one(tmp_path):
+    """A killed export leaves its staging folder (a whole model) or the replaced copy; the next
+    export removes those of dead processes and keeps a running export's."""
+    import subprocess
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid now names no process
+    hf = tmp_path / "hf"
+    abandoned = [hf / f".final.tmp{dead.pid}", hf / f".final.old{dead.pid}"]
+    running = hf / f".final.tmp{os.getppid()}"  # a live process's export in progress
+    unrelated = [hf / f".other.tmp{dead.pid}", hf / ".final.tmpx"]
+    for path in [*abandoned, running, *unrelated]:
+        path.mkdir(parents=True)
+        (path / "model.safetensors").write_bytes(b"partial")
+    exported(tmp_path)
+    assert not any(p.exists() for p in abandoned)
+    assert running.exists() and all(p.exists() for p in unrelated)
