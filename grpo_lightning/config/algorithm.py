@@ -20,8 +20,8 @@ from grpo_lightning.config.nodes import PluginNodes
 AUTO_MICRO_BATCH_MAX = 32
 AUTO_MICRO_BATCH_TOKENS = 32 * 128
 # logprob_chunk_mb=auto: a CPU keeps its memory (the logit blocks were most of a LoRA step's peak above
-# the weights); with a frozen head (LoRA) no gradient sum spans blocks, so smaller ones cost no time
-# (170 rows of SmolLM2's 49k vocabulary took as long as 512) and cut the training forward's peak. A GPU
+# the weights); through a frozen head (LoRA's, a reference's) no gradient sum spans blocks, so smaller
+# ones cost no time (170 rows of SmolLM2's 49k vocabulary took as long as 512) and cut the peak. A GPU
 # takes few, large head matmuls: each chunk also reads and writes the float32 head-weight gradient
 # (545 MB on a 152k x 896 head), 100 times a step at 96 MB.
 AUTO_LOGPROB_CHUNK_MB = {"cpu": 96.0, "cpu, frozen head": 32.0, "gpu": 1024.0}
@@ -29,7 +29,7 @@ AUTO_LOGPROB_CHUNK_MB = {"cpu": 96.0, "cpu, frozen head": 32.0, "gpu": 1024.0}
 
 def logprob_chunk_mb(value: Any, device_type: str, frozen_head: bool = False) -> float:
     """``algorithm.logprob_chunk_mb`` (a number or auto) in MB for a ``device_type`` ("cpu", "cuda", ...)
-    device; ``frozen_head``: a pass with gradients through an output head whose weight does not train."""
+    device; ``frozen_head``: the pass's output head does not train (LoRA's, a reference model's)."""
     if value == "auto":
         if device_type != "cpu":
             return AUTO_LOGPROB_CHUNK_MB["gpu"]
