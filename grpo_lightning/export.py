@@ -9,6 +9,7 @@ transformers and vLLM load it) and its adapter folder in ``adapter/``.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from transformers.utils import logging as hf_logging
 
 from grpo_lightning.models.allocator import trim_heap
 from grpo_lightning.models.lora import is_peft_model, save_adapter, save_merged
-from grpo_lightning.rollout.temp_folders import process_alive
+from grpo_lightning.rollout.temp_folders import remove_dead_owners
 
 ADAPTER_FOLDER = "adapter"  # a LoRA policy's adapter folder, inside the exported one
 
@@ -71,9 +72,5 @@ def _remove_abandoned(folder: Path) -> None:
     export killed mid-write left next to ``folder``: each is a whole model on disk, and its process
     is gone. A folder whose process still runs (or whose pid a new process took) is kept; pids are
     this machine's (one run writes an output folder at a time)."""
-    for leftover in folder.parent.glob(f".{folder.name}.*"):
-        suffix = leftover.name.removeprefix(f".{folder.name}.")
-        kind, pid = suffix[:3], suffix[3:]
-        if kind not in ("tmp", "old") or not pid.isdigit() or int(pid) == os.getpid() or process_alive(int(pid)):
-            continue
-        shutil.rmtree(leftover, ignore_errors=True)
+    owner = re.compile(rf"\.{re.escape(folder.name)}\.(?:tmp|old)(\d+)$")
+    remove_dead_owners(folder.parent, f".{folder.name}.*", owner)

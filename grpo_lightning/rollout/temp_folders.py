@@ -27,8 +27,14 @@ def process_alive(pid: int) -> bool:
 def remove_orphans(kind: str, root: str | None = None) -> list[Path]:
     """Remove the ``kind`` folders under ``root`` (the temp folder) whose owner process is dead."""
     owner = re.compile(rf"grpo-{re.escape(kind)}-pid(\d+)-")
+    return remove_dead_owners(Path(root or tempfile.gettempdir()), f"grpo-{kind}-pid*-*", owner)
+
+
+def remove_dead_owners(root: Path, glob: str, owner: re.Pattern) -> list[Path]:
+    """Remove the folders under ``root`` matching ``glob`` whose name's owner pid (``owner``'s first
+    group, matched from the start of the name) names no live process; returns them."""
     removed = []
-    for path in Path(root or tempfile.gettempdir()).glob(f"grpo-{kind}-pid*-*"):
+    for path in root.glob(glob):
         match = owner.match(path.name)
         if match and path.is_dir() and not path.is_symlink() and not process_alive(int(match.group(1))):
             shutil.rmtree(path, ignore_errors=True)
