@@ -140,7 +140,11 @@ class EpisodeRollout:
         if completions is None:
             completions = [episode.completion() for episode in episodes]
         pad = tokenizer.pad_token_id
-        prompt_ids, prompt_mask = RolloutBatch.pad_prompts([e.prompt_ids for e in episodes], pad)
+        # An episode that failed before its reset has no prompt; every row needs one prompt token (the
+        # position that predicts the first completion token: the training passes pack on it). Its
+        # completion is empty and masked out; it stays in its group with the failed reward.
+        prompts_ids = [e.prompt_ids or [pad] for e in episodes]
+        prompt_ids, prompt_mask = RolloutBatch.pad_prompts(prompts_ids, pad)
         completion_ids, completion_mask, finished, logprobs = RolloutBatch.pad_completions(completions, pad)
         fields = {key: [row.get(key) for row in rows] for key in records[0] if key != "prompt"}
         fields.update(
@@ -181,7 +185,7 @@ class EpisodeRollout:
             reward_components=components,
             finished=finished,
             engine_logprobs=logprobs,
-            prompts=tokenizer.batch_decode([e.prompt_ids for e in episodes]),
+            prompts=tokenizer.batch_decode(prompts_ids),
             completions=tokenizer.batch_decode([c.token_ids for c in completions]),
             timing=timing,
             episode_ids=torch.arange(n),

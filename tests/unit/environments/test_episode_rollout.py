@@ -9,6 +9,7 @@ from grpo_lightning.environments.base import REWARD_AGGREGATORS, Turn
 from grpo_lightning.environments.limits import EpisodeLimits
 from grpo_lightning.environments.render import ChatRenderer
 from grpo_lightning.environments.rollout import METRICS, EpisodeRollout
+from grpo_lightning.micro_batches import micro_batches
 from grpo_lightning.rewards import RewardScorer, register_reward
 from grpo_lightning.rollout import RolloutGenerator, Sampling
 from grpo_lightning.tasks.guess_number import FOUND, HIGHER, LOWER, GuessNumberEnv, read_guess
@@ -79,3 +80,31 @@ def test_guess_number_answers_higher_lower_and_rewards_fewer_turns():
     env.reset(seed=11, row={})
     assert env.step(Turn(text="9", token_ids=[])).messages[0]["content"] == LOWER
     assert read_guess("=+") is None and read_guess("12 5") == 12
+
+
+@pytest.mark.parametrize("where", ["make", "reset"])
+def test_an_episode_failed_before_its_prompt_still_trains_with_its_group(where):
+    """An environment that cannot be made, or whose reset raises (a server that did not answer),
+    leaves its episode without a prompt: the row gets one prompt token, so the training passes can
+    pack it, and nothing of it is trained (seen in CI: the step raised in pack_micro_batch)."""
+
+    class ResetFails(ScriptedEnv):
+        def reset(self, seed, row):
+            raise RuntimeError("the server did not answer")
+
+    def make_env(row):
+        if row["prompt"] == "bad":
+            if where == "make":
+                raise ConnectionError("no server")
+            return ResetFails()
+        return ScriptedEnv(turns=2)
+
+    gen = generator(make_env, {"environment": 1.0})
+    batch = gen.generate([{"prompt": "good", "answer": "1"}, {"prompt": "bad", "answer": "2"}], step=1, rank=0)
+    assert [e.stop_reason for e in gen.episodes.last_episodes] == ["done", "done", "env_error", "env_error"]
+    assert bool((batch.prompt_mask.sum(dim=1) >= 1).all())
+    assert batch.completion_mask[2:].sum() == 0 and batch.loss_mask[2:].sum() == 0
+    assert batch.rewards[2:].tolist() == [-1.0, -1.0]
+    (mb,) = micro_batches(batch, batch.num_sequences)
+    packed = mb.packed  # raised before: a sequence with no prompt token
+    assert packed.targets.numel() == int(batch.completion_mask[:2].sum())
