@@ -121,7 +121,8 @@ def test_the_tiny_model_trains_five_steps_against_the_server(server_url, tmp_pat
     trainer.fit(run.module, datamodule=run.datamodule)
     assert trainer.global_step == 5
     episodes = run.rollout.episodes.last_episodes
-    assert len(episodes) == 2 * cfg.rollout.num_generations and not any(e.failed for e in episodes)
+    assert len(episodes) == 2 * cfg.rollout.num_generations
+    assert not any(e.failed for e in episodes), [e.error for e in episodes if e.failed]
     assert any(m["role"] == "tool" and '"value"' in m["content"] for e in episodes for m in e.completion_messages)
 
 
