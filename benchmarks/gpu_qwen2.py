@@ -515,7 +515,7 @@ def main() -> None:
     parser.add_argument("--logprob-chunk-mb", type=float, default=0, help="algorithm.logprob_chunk_mb (0: the default)")
     parser.add_argument("--peak-tflops", type=float, default=H100_BF16_DENSE_TFLOPS, help="the GPU's dense bf16 peak")
     parser.add_argument("--out", default="benchmarks/results/gpu_qwen2.json")
-    parser.add_argument("--model-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--model-dir", help="a folder an earlier run built (build_model_folder): skips building it")
     parser.add_argument("--child", choices=sorted(CONFIGS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.accelerator = "gpu" if args.device == "cuda" else "cpu"
@@ -524,7 +524,7 @@ def main() -> None:
         return
     import torch
 
-    model_dir = build_model_folder(args.shape, tempfile.mkdtemp(prefix=f"{args.shape}-"))
+    model_dir = args.model_dir or build_model_folder(args.shape, tempfile.mkdtemp(prefix=f"{args.shape}-"))
     matmul = measured_matmul_tflops(args.device)
     tf32 = tf32_head_check(args.device)
     print(f"TF32 head check: {tf32}", file=sys.stderr, flush=True)
