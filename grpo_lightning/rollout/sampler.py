@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from grpo_lightning.algorithm.truncation import Truncation, truncate_logits
+from grpo_lightning.rollout import cdf_kernel
 from grpo_lightning.rollout.engine import Sampling
 
 
@@ -118,7 +119,27 @@ def draw_tokens(logits: torch.Tensor, sampling: Sampling, uniforms: torch.Tensor
     their log-probs [B]. No host-side state and no value read back: a CUDA graph can record it."""
     z = filter_logits(logits, sampling)
     log_probs = torch.log_softmax(z, dim=-1)
-    tokens = inverse_cdf(log_probs.double().exp(), uniforms)  # [B, 1]
+    tokens = _inverse_cdf(log_probs, uniforms)  # [B, 1]
     # A token with zero mass can only be hit through float ties at the CDF's edge.
     tokens = torch.where(torch.isfinite(z.gather(-1, tokens)), tokens, z.argmax(-1, keepdim=True))
     return tokens[:, 0], log_probs.gather(-1, tokens)[:, 0]
+
+
+def _inverse_cdf(log_probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """:func:`inverse_cdf` of the masses ``exp(log_probs)``: on a GPU through the Triton kernel of
+    :mod:`cdf_kernel` once its first eager draw picked the eager path's tokens (a draw recorded into
+    a CUDA graph before that check takes the eager path: the check reads its result on the host)."""
+    if cdf_kernel.usable(log_probs):
+        verdict = cdf_kernel.checked(log_probs.device)
+        if verdict is None and not _capturing():
+            want = inverse_cdf(log_probs.double().exp(), uniforms)
+            cdf_kernel.kernel_agrees(log_probs, uniforms, want)
+            return want
+        if verdict:
+            return cdf_kernel.inverse_cdf_from_log_probs(log_probs, uniforms)
+    return inverse_cdf(log_probs.double().exp(), uniforms)
+
+
+def _capturing() -> bool:
+    """A CUDA graph is being recorded on the current stream (False on a build without CUDA)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()

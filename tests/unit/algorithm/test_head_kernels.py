@@ -7,33 +7,19 @@ The kernels run on GPUs; here they run in Triton's CPU interpreter, in a process
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
+from helpers.triton_interpreter import run_check
 
 from grpo_lightning.algorithm import fused_head, head_kernels
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.module import GRPOModule
 
-HELPER = Path(__file__).resolve().parents[2] / "helpers" / "head_kernels_check.py"
-ROOT = HELPER.parents[2]
-
 
 def test_kernels_match_the_eager_path_in_tritons_interpreter():
-    # Triton 3.6's interpreter stops on these kernels ("only 0-dimensional arrays can be converted
-    # to Python scalars", seen on a GPU machine); 3.9's (this project's venv, through vLLM) runs them.
-    pytest.importorskip("triton", minversion="3.9")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-W", "ignore", str(HELPER), "60"], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    assert done.stdout.strip().endswith("checked 60 cases")
+    run_check("head_kernels_check.py", 60)
 
 
 def test_kernels_only_for_cuda_tensors_of_the_dtypes_they_read(monkeypatch):
