@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+import grpo_lightning.rollout.cdf_kernel as cdf_kernel
 from grpo_lightning.algorithm.truncation import Truncation, truncate_logits
-from grpo_lightning.rollout import cdf_kernel
 from grpo_lightning.rollout.engine import Sampling
 
 
