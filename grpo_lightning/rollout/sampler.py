@@ -129,15 +129,13 @@ def _inverse_cdf(log_probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tenso
     """:func:`inverse_cdf` of the masses ``exp(log_probs)``: on a GPU through the Triton kernel of
     :mod:`cdf_kernel` once its first eager draw picked the eager path's tokens (a draw recorded into
     a CUDA graph before that check takes the eager path: the check reads its result on the host)."""
-    if cdf_kernel.usable(log_probs):
-        verdict = cdf_kernel.checked(log_probs.device)
-        if verdict is None and not _capturing():
-            want = inverse_cdf(log_probs.double().exp(), uniforms)
-            cdf_kernel.kernel_agrees(log_probs, uniforms, want)
-            return want
-        if verdict:
-            return cdf_kernel.inverse_cdf_from_log_probs(log_probs, uniforms)
-    return inverse_cdf(log_probs.double().exp(), uniforms)
+    verdict = cdf_kernel.checked(log_probs.device) if cdf_kernel.usable(log_probs) else False
+    if verdict:
+        return cdf_kernel.inverse_cdf_from_log_probs(log_probs, uniforms)
+    tokens = inverse_cdf(log_probs.double().exp(), uniforms)
+    if verdict is None and not _capturing():
+        cdf_kernel.kernel_agrees(log_probs, uniforms, tokens)
+    return tokens
 
 
 def _capturing() -> bool:
