@@ -28,9 +28,9 @@ from grpo_lightning.algorithm.corrections.rejection import RejectionOptions
 from grpo_lightning.algorithm.objective import correct
 from grpo_lightning.config import AlgorithmConfig, ModelConfig
 from grpo_lightning.models import load_policy
-from grpo_lightning.module import GRPOModule
+from grpo_lightning.records import TokenLogProbs
 from grpo_lightning.rollout import RolloutBatch
-from grpo_lightning.step import TokenLogProbs
+from grpo_lightning.step.module import GRPOModule
 
 REQUIRED = {
     "geo_mask": GeoMaskOptions(lower=0.999, upper=1.001),

@@ -22,8 +22,8 @@ import time
 
 import torch
 
-from grpo_lightning.rollout.engine import Sampling
 from grpo_lightning.rollout import cdf_kernel
+from grpo_lightning.rollout.engine import Sampling
 from grpo_lightning.rollout.sampler import draw_tokens, filter_logits, inverse_cdf
 
 

@@ -21,7 +21,6 @@ import subprocess
 import sys
 import time as time_module
 
-
 VARIANTS = ("plain", "checkpointed", "ours")
 
 

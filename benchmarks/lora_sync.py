@@ -28,9 +28,9 @@ def child(rank: int, syncs: int) -> dict:
     torch.set_num_threads(1)
     from grpo_lightning.config import AlgorithmConfig, LoraModelConfig, ModelConfig, VLLMConfig
     from grpo_lightning.models import load_policy
-    from grpo_lightning.module import GRPOModule
     from grpo_lightning.rollout import WeightSync
     from grpo_lightning.rollout.vllm import VLLMEngine
+    from grpo_lightning.step.module import GRPOModule
 
     policy, tokenizer = load_policy(
         ModelConfig(name_or_path="smollm2_135m", lora=LoraModelConfig(rank=rank, alpha=2.0 * max(rank, 1)))

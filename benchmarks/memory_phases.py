@@ -131,10 +131,10 @@ def main() -> None:
     prefer_huge_pages()
     import lightning  # noqa: F401
     import transformers  # noqa: F401
+    from memory import RUNS, run_ours
 
     import grpo_lightning.build
-    from grpo_lightning.module import GRPOModule
-    from memory import RUNS, run_ours
+    from grpo_lightning.step.module import GRPOModule
 
     trainer, dtype, lora, beta = RUNS[args.run]
     assert trainer == "ours", "phases are marked in our module only"

@@ -22,7 +22,7 @@ import warnings
 import lightning as L
 import torch
 
-import grpo_lightning.module as module_file
+import grpo_lightning.step.module as module_file
 from grpo_lightning.build import build_run
 from grpo_lightning.config import TrainConfig
 from grpo_lightning.health.mismatch import MismatchCheck

@@ -2,7 +2,7 @@
 
 Every engine samples the same prompts (arithmetic, seeded); the trainer then scores the sampled
 tokens as its first pass of a step does (float32 policy, the sampling temperature, micro-batches
-of the batch, :func:`grpo_lightning.micro_batches.frozen_log_probs`), and
+of the batch, :func:`grpo_lightning.step.micro_batches.frozen_log_probs`), and
 ``algorithm/mismatch.py`` compares the two. Printed per engine and setting: k3, mean |delta logp|,
 signed k1 and the mean IS weight. With top-p < 1 the engine reports the log-probs of the truncated
 distribution and the trainer scores the full one: the gap is the truncation bias (log of the kept
@@ -24,12 +24,12 @@ import torch
 from grpo_lightning.algorithm.mismatch import mismatch_metrics, mismatch_sums
 from grpo_lightning.algorithm.truncation import Truncation
 from grpo_lightning.config import AlgorithmConfig, ModelConfig, RolloutConfig, VLLMConfig
-from grpo_lightning.micro_batches import frozen_log_probs, micro_batches
 from grpo_lightning.models import load_policy
-from grpo_lightning.module import GRPOModule
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rollout import HFEngine, RolloutGenerator, Sampling
 from grpo_lightning.rollout.vllm import VLLMEngine
+from grpo_lightning.step.micro_batches import frozen_log_probs, micro_batches
+from grpo_lightning.step.module import GRPOModule
 from grpo_lightning.tasks.arithmetic import arithmetic_records
 
 

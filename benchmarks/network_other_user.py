@@ -51,13 +51,13 @@ from grpo_lightning.config import (
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
 from grpo_lightning.models.adapter_sync import base_state
 from grpo_lightning.models.lora import apply_lora, save_merged
-from grpo_lightning.module import GRPOModule
 from grpo_lightning.rollout.lora_adapters import LoraServing
 from grpo_lightning.rollout.transports import make_transport
 from grpo_lightning.rollout.transports.network import RECEIVER
 from grpo_lightning.rollout.vllm_server import VLLMServerEngine, VLLMServerError
 from grpo_lightning.rollout.weight_sync import WeightSync
-from grpo_lightning.weight_push import policy_weights, probe_scores
+from grpo_lightning.step.module import GRPOModule
+from grpo_lightning.step.weight_push import policy_weights, probe_scores
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER = "grpo-vllm"

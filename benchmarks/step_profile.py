@@ -120,8 +120,8 @@ TABLES = {
 def profile_ours(setting: str, model_dir: str, table: str = "identical") -> list[dict]:
     import lightning as L
 
-    import grpo_lightning.module as module_file
-    import grpo_lightning.module_hooks as hooks_file
+    import grpo_lightning.step.hooks as hooks_file
+    import grpo_lightning.step.module as module_file
     from grpo_lightning.build import build_run
 
     t = TABLES[table]

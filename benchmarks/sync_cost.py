@@ -30,13 +30,13 @@ from grpo_lightning.config import AlgorithmConfig, LoraModelConfig, ModelConfig,
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.adapter_sync import adapter_rank, base_state
 from grpo_lightning.models.lora import apply_lora, merged_state_dict
-from grpo_lightning.module import GRPOModule
 from grpo_lightning.rollout.lora_adapters import LoraServing
 from grpo_lightning.rollout.transports import make_transport
 from grpo_lightning.rollout.vllm_server import VLLMServerEngine
 from grpo_lightning.rollout.vllm_server_process import SERVED_NAME
 from grpo_lightning.rollout.weight_sync import WeightSync
-from grpo_lightning.weight_push import policy_weights, probe_scores
+from grpo_lightning.step.module import GRPOModule
+from grpo_lightning.step.weight_push import policy_weights, probe_scores
 
 
 def lora_policy(model: str, rank: int):

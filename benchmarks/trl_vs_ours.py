@@ -270,7 +270,7 @@ def our_config(
 def padding_shares(module, rollout) -> tuple[float, float]:
     """Share of the positions the decoder computes that hold no token: padded vs packed micro-batches."""
     from grpo_lightning.algorithm.packing import pack_micro_batch
-    from grpo_lightning.micro_batches import micro_batches
+    from grpo_lightning.step.micro_batches import micro_batches
 
     real = padded = packed = 0
     for mb in micro_batches(rollout, module.cfg.micro_batch(rollout.num_sequences)):

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from trl_vs_ours import our_config  # the TRL comparison's SmolLM2 setting
 
 from grpo_lightning.build import build_run
 from grpo_lightning.rollout import WeightSync
-from trl_vs_ours import our_config  # the TRL comparison's SmolLM2 setting
 
 
 class SyncTimes(L.Callback):

@@ -23,7 +23,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from grpo_lightning.build import build_run
-from grpo_lightning.checkpointing import resume_path
+from grpo_lightning.runtime.checkpoints import resume_path
 from grpo_lightning.train import CONF_DIR, to_train_config
 
 # The recipe of docs/real_tasks.md (grpo_lightning/conf/preset/smollm2_reasoning_gym.yaml).

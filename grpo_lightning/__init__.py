@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from grpo_lightning.config import TrainConfig, validate_config
-    from grpo_lightning.module import GRPOModule
     from grpo_lightning.rollout import HFEngine, RolloutBatch, RolloutGenerator, Sampling
+    from grpo_lightning.step.module import GRPOModule
 
 # Each public name and the module that defines it.
 _EXPORTS = {
-    "GRPOModule": "grpo_lightning.module",
+    "GRPOModule": "grpo_lightning.step.module",
     "HFEngine": "grpo_lightning.rollout",
     "RolloutBatch": "grpo_lightning.rollout",
     "RolloutGenerator": "grpo_lightning.rollout",

@@ -18,23 +18,20 @@ from lightning.pytorch.utilities import rank_zero_info
 from transformers import PreTrainedTokenizerBase
 
 from grpo_lightning.callbacks import CompletionsTable, HealthMonitor, RunProgress, RunReport, TrainingSummary
-from grpo_lightning.checkpointing import RunCheckpoints, checkpoints_in, fit_refusing_code, resume_path
 from grpo_lightning.config import TrainConfig, checkpointing_mode, validate_config
 from grpo_lightning.config.effective import apply_model_defaults, differences
-from grpo_lightning.csv_resume import ResumableCSVLogger, csv_version
 from grpo_lightning.data import PromptDataModule
 from grpo_lightning.data.files import max_prompt_tokens, prompt_check
 from grpo_lightning.data.mixture import head_per_source
 from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.environments.limits import EpisodeTaskConfig
 from grpo_lightning.environments.rollout import EpisodeRollout
-from grpo_lightning.logging_setup import quiet_console
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.allocator import apply_huge_pages, huge_pages_report, release_freed_memory
 from grpo_lightning.models.compile import compile_training_models
 from grpo_lightning.models.lora import apply_lora, lora_enabled
 from grpo_lightning.models.memory import check_memory
-from grpo_lightning.module import GRPOModule
+from grpo_lightning.models.sharding import build_strategy
 from grpo_lightning.rewards.sources import bind_sources
 from grpo_lightning.rollout import (
     ENGINES,
@@ -46,9 +43,12 @@ from grpo_lightning.rollout import (
 )
 from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
 from grpo_lightning.run_objects import take_objects
+from grpo_lightning.runtime.checkpoints import RunCheckpoints, checkpoints_in, fit_refusing_code, resume_path
+from grpo_lightning.runtime.csv_logger import ResumableCSVLogger, csv_version
+from grpo_lightning.runtime.logging_setup import quiet_console
 from grpo_lightning.runtime.resume_check import config_record
 from grpo_lightning.runtime.run_lock import RunLock, lock_run_folder
-from grpo_lightning.sharding import build_strategy
+from grpo_lightning.step.module import GRPOModule
 from grpo_lightning.tasks import source_weights, task_records, task_scorer
 from grpo_lightning.tasks.base import checked
 

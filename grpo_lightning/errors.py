@@ -48,3 +48,8 @@ class TrainingStopped(RuntimeError):
     """
 
     exit_code = 3
+
+
+class StoppedAtOnce(SystemExit):
+    """A second SIGINT / SIGTERM: leave now (``SystemExit`` passes every ``except Exception``) with
+    128 + signum. Raised by ``runtime/stop_signals.py``; any layer that catches broadly lets it pass."""

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import torch
 
-from grpo_lightning.checkpointing import checkpoints_in
 from grpo_lightning.cli_errors import run_cli
 from grpo_lightning.config import TrainConfig
 from grpo_lightning.config.compose import compose
 from grpo_lightning.errors import CheckpointError
+from grpo_lightning.runtime.checkpoints import checkpoints_in
 
 FIELD = "eval.checkpoint"
 COLUMNS = ("accuracy", "score", "pass@", "mean_length")

@@ -17,7 +17,7 @@ from grpo_lightning.cli_errors import end_on_error, run_cli
 from grpo_lightning.config import TrainConfig, validate_config
 from grpo_lightning.config.compose import CONF_DIR, SCHEMA, finish, plan
 from grpo_lightning.config.early import early_check
-from grpo_lightning.logging_setup import HTTP_LOGGERS, quiet_http_logs
+from grpo_lightning.runtime.logging_setup import HTTP_LOGGERS, quiet_http_logs
 
 _SCHEMA = SCHEMA  # the schema Hydra composes onto (grpo_lightning/config/compose.py says why)
 __all__ = ["CONF_DIR", "HTTP_LOGGERS", "cli", "main", "quiet_http_logs", "run", "to_train_config"]

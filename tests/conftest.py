@@ -85,7 +85,7 @@ def make_generator(policy, tokenizer, num_generations=4, max_new_tokens=8, seed=
 def gradients(policy, rollout, **algorithm):
     """Parameter gradients of one pass over ``rollout`` (no optimizer step)."""
     from grpo_lightning.config import AlgorithmConfig
-    from grpo_lightning.module import GRPOModule
+    from grpo_lightning.step.module import GRPOModule
 
     module = GRPOModule(copy.deepcopy(policy), AlgorithmConfig(**algorithm))
     stats = module.accumulate_gradients(rollout, module.prepare(rollout))

@@ -13,8 +13,8 @@ implements ``load_weights`` and ``sequence_logprobs``.
 
 import torch
 
+from grpo_lightning.records import Completion
 from grpo_lightning.rollout.engine import ENGINES, EngineBase
-from grpo_lightning.step import Completion
 
 
 class UniformTokensEngine(EngineBase):

@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 
 from grpo_lightning.algorithm.fused_head import fused_head_log_probs
 from grpo_lightning.algorithm.truncation import Truncation, truncate_logits
-from grpo_lightning.step import TokenLogProbs
+from grpo_lightning.records import TokenLogProbs
 
 
 def _chunk_log_probs(

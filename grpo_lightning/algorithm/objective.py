@@ -27,7 +27,7 @@ from grpo_lightning.algorithm.corrections.base import ImportanceWeights
 from grpo_lightning.algorithm.kl import kl_estimate, ratio_weighted
 from grpo_lightning.algorithm.packing import PackedMicroBatch, pack_micro_batch
 from grpo_lightning.algorithm.policy_loss import POLICY_LOSSES, PolicyLossInputs
-from grpo_lightning.step import AggregationRecord, TokenLogProbs
+from grpo_lightning.records import AggregationRecord, TokenLogProbs
 
 
 @dataclass(frozen=True)

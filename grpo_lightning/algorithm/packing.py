@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grpo_lightning.varlen import VarLen
+from grpo_lightning.records.varlen import VarLen
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from grpo_lightning.config import HEALTH_CHECKS, HealthConfig
 from grpo_lightning.health import Alert, HealthCheck, HealthCheckError, HealthWarning, StepView
 from grpo_lightning.health.alerts import Finding
 from grpo_lightning.health.fingerprints import TextHashes
-from grpo_lightning.plain_state import RefusedState, from_plain, to_plain
+from grpo_lightning.records.plain_state import RefusedState, from_plain, to_plain
 
 
 class HealthMonitor(L.Callback):

@@ -27,9 +27,9 @@ from grpo_lightning.environments.limits import DONE, STOP_REASONS, EpisodeLimits
 from grpo_lightning.environments.parsers import AUTO
 from grpo_lightning.environments.render import ChatRenderer
 from grpo_lightning.environments.template_checks import resolve_chat_template, startup_report
+from grpo_lightning.records import Completion, RolloutBatch
 from grpo_lightning.rewards.scorer import RewardState
 from grpo_lightning.rollout.seeding import group_seeds, sample_seed
-from grpo_lightning.step import Completion, RolloutBatch
 
 METRICS = "rollout/episodes/"
 

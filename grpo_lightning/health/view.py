@@ -12,7 +12,7 @@ from functools import cached_property
 import numpy as np
 
 from grpo_lightning.health.fingerprints import TextHashes, completion_hashes, token_hashes
-from grpo_lightning.step import RolloutBatch, StepContext, StepResult
+from grpo_lightning.records import RolloutBatch, StepContext, StepResult
 
 
 class StepView:

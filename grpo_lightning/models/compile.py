@@ -25,11 +25,11 @@ from contextlib import contextmanager
 
 from torch import nn
 
-from grpo_lightning.sharding import decoder_layers
+from grpo_lightning.models.sharding import decoder_layers
 
 
 def layers_to_compile(model: nn.Module) -> list[nn.Module]:
-    """The decoder layers of ``model`` (:func:`grpo_lightning.sharding.decoder_layers`, the
+    """The decoder layers of ``model`` (:func:`grpo_lightning.models.sharding.decoder_layers`, the
     ones FSDP shards), or an error naming the fix if its architecture declares none."""
     layers = decoder_layers(model)
     if not layers:

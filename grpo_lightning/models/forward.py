@@ -21,7 +21,7 @@ from grpo_lightning.algorithm.logprobs import TokenLogProbs, lm_head_log_probs, 
 from grpo_lightning.algorithm.packing import PackedMicroBatch, pack_micro_batch, scatter_completion
 from grpo_lightning.algorithm.truncation import Truncation
 from grpo_lightning.config.algorithm import logprob_chunk_mb
-from grpo_lightning.sharding import is_sharded
+from grpo_lightning.models.sharding import is_sharded
 
 # Mean |packed - padded| log-prob of the probe above which packing is declared broken. Both
 # computations see the same tokens; they differ by summation order only: ~1e-6 in float32,

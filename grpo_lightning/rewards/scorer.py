@@ -23,14 +23,13 @@ from typing import Any
 
 import torch
 
-from grpo_lightning.errors import RewardError
+from grpo_lightning.errors import RewardError, StoppedAtOnce
 from grpo_lightning.rewards.calling import PROVIDED, RewardState, call_reward, run_concurrently, signature_of
 from grpo_lightning.rewards.isolation import IsolatedReward, RewardWorkerError
 from grpo_lightning.rewards.lookup import find_reward, module_address
 from grpo_lightning.rewards.registry import RewardFn
 from grpo_lightning.rewards.reward_logs import RewardLogs
 from grpo_lightning.rewards.values import reward_values
-from grpo_lightning.runtime.stop_signals import StoppedAtOnce
 
 __all__ = ["RewardFunctionError", "RewardScorer", "RewardState", "WeightedReward", "as_reward_completions"]
 

@@ -40,11 +40,11 @@ from torch import nn
 
 from grpo_lightning.config.rollout import OFF_POLICY_ACTIONS
 from grpo_lightning.data.lookahead import PromptWindow
-from grpo_lightning.plain_state import RefusedState, from_plain, to_plain
+from grpo_lightning.records import PolicyWeights
+from grpo_lightning.records.plain_state import RefusedState, from_plain, to_plain
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.engine import Completion, GenerationRequest
 from grpo_lightning.rollout.generator import RolloutGenerator, engine_context
-from grpo_lightning.step import PolicyWeights
 
 
 def token_lags(completion: Completion, now: int) -> list[int]:

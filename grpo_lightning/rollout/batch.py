@@ -1,5 +1,5 @@
-"""``RolloutBatch`` lives with the other records of the flow in :mod:`grpo_lightning.step`."""
+"""``RolloutBatch`` lives with the other records of the flow in :mod:`grpo_lightning.records`."""
 
-from grpo_lightning.step import RolloutBatch
+from grpo_lightning.records import RolloutBatch
 
 __all__ = ["RolloutBatch"]

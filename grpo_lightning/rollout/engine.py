@@ -16,8 +16,8 @@ import torch
 
 from grpo_lightning.config import RolloutConfig, TrainConfig
 from grpo_lightning.errors import ServerError
+from grpo_lightning.records import Completion
 from grpo_lightning.registry import Registry
-from grpo_lightning.step import Completion
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from transformers import PreTrainedTokenizerBase
 
 from grpo_lightning.data.lookahead import current_records
 from grpo_lightning.data.prompting import PromptFormatter
+from grpo_lightning.records import PolicyWeights
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rewards.columns import repeat_columns
 from grpo_lightning.rewards.scorer import RewardState, as_reward_completions
@@ -28,7 +29,6 @@ from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
 from grpo_lightning.rollout.engine import Completion, EngineError, GenerationRequest, RolloutEngine, Sampling
 from grpo_lightning.rollout.seeding import group_seeds
 from grpo_lightning.rollout.weight_sync import ProbeScores, WeightSync
-from grpo_lightning.step import PolicyWeights
 
 EngineFactory = Callable[[nn.Module], RolloutEngine]
 
@@ -220,7 +220,7 @@ class RolloutGenerator:
     def sync_weights(
         self, weights: PolicyWeights, expected: ProbeScores | None = None, rank: int = 0
     ) -> dict[str, float]:
-        """Push ``weights`` into an engine that has its own (see :func:`grpo_lightning.weight_push.push_weights`,
+        """Push ``weights`` into an engine that has its own (see :func:`grpo_lightning.step.weight_push.push_weights`,
         which decides when); returns the metrics to log."""
         with engine_context(weights.version, rank, "weight sync"):
             return self.weight_sync.sync(weights, self.engine, expected)

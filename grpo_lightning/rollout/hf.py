@@ -25,7 +25,7 @@ from transformers import DynamicCache, GenerationConfig, LogitsProcessor, Logits
 from grpo_lightning.config import HF_DECODERS, TrainConfig
 from grpo_lightning.models.compile import eager_generation
 from grpo_lightning.rollout.batch import RolloutBatch
-from grpo_lightning.sharding import is_sharded
+from grpo_lightning.models.sharding import is_sharded
 from grpo_lightning.rollout.engine import ENGINES, Completion, EngineBase, GenerationRequest, Sampling
 from grpo_lightning.rollout.fused_decode import FusedDecoder, FusedWeights, fused_decode_support
 from grpo_lightning.rollout.graph_decode import (

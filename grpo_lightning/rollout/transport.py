@@ -1,7 +1,7 @@
 """Weight-sync transports: how the policy's tensors reach an engine that keeps weights of its own.
 
 A transport is a small class registered in :data:`TRANSPORTS` with one method,
-``push(weights, engine)``. It moves :class:`~grpo_lightning.step.PolicyWeights` to where the
+``push(weights, engine)``. It moves :class:`~grpo_lightning.records.PolicyWeights` to where the
 engine can read them and asks the engine to reload from there (:class:`WeightReceiver`, vLLM's
 ``reload_weights`` with ``weights_iterator=`` or ``weights_path=``). The engine picks its default
 transport (in memory for vLLM in this process, a safetensors folder for a separate process or a
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from grpo_lightning.records import PolicyWeights
 from grpo_lightning.registry import Registry
-from grpo_lightning.step import PolicyWeights
 
 
 class WeightReceiver(Protocol):

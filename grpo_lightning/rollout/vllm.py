@@ -45,6 +45,7 @@ from grpo_lightning.config import TrainConfig, VLLMConfig
 from grpo_lightning.env_vars import environment_variable
 from grpo_lightning.models.adapter_sync import adapter_rank
 from grpo_lightning.models.lora import is_peft_model, save_merged
+from grpo_lightning.records import PolicyWeights
 from grpo_lightning.rollout.child_watchdog import Watchdog, descendants, watch
 from grpo_lightning.rollout.engine import ENGINES, Completion, GenerationRequest, RolloutEngine, Sampling
 from grpo_lightning.rollout.lora_adapters import LoraServing
@@ -53,7 +54,6 @@ from grpo_lightning.rollout.temp_folders import owned_socket_dir, owned_temp_dir
 from grpo_lightning.rollout.transports import TRANSPORTS
 from grpo_lightning.rollout.vllm_server import VLLMServerEngine
 from grpo_lightning.rollout.vllm_server_pool import VLLMServerPool
-from grpo_lightning.step import PolicyWeights
 
 
 def _is_cpu_platform() -> bool:

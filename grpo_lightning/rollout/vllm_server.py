@@ -50,6 +50,7 @@ import torch
 
 import grpo_lightning.rollout.server_guard as server_guard
 from grpo_lightning.config import VLLMConfig
+from grpo_lightning.records import PolicyWeights
 from grpo_lightning.rollout.engine import Completion, EngineError, GenerationRequest, Sampling
 from grpo_lightning.rollout.lora_adapters import LoraServing, ServedAdapters, adapter_name
 from grpo_lightning.rollout.server_guard import VLLMServerError
@@ -59,7 +60,6 @@ from grpo_lightning.rollout.transports import make_transport
 from grpo_lightning.rollout.vllm_server_client import ServerClient
 from grpo_lightning.rollout.vllm_server_process import SERVED_NAME, VLLMServer, base_url, launch_shared, rank
 from grpo_lightning.rollout.weight_sync import WeightSyncError
-from grpo_lightning.step import PolicyWeights
 
 _RPC_HINT = " (a server started by hand needs VLLM_SERVER_DEV_MODE=1 for /collective_rpc)"
 

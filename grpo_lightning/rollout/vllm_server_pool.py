@@ -26,13 +26,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpo_lightning.rollout.server_guard as server_guard
 from grpo_lightning.config import VLLMConfig
+from grpo_lightning.records import PolicyWeights
 from grpo_lightning.rollout.engine import Completion, GenerationRequest, Sampling
 from grpo_lightning.rollout.lora_adapters import LoraServing
 from grpo_lightning.rollout.server_guard import VLLMServerError
 from grpo_lightning.rollout.vllm_server import QueuedGeneration, VLLMServerEngine
 from grpo_lightning.rollout.vllm_server_process import base_url, launch_shared, rank
 from grpo_lightning.rollout.weight_sync import WeightSyncError
-from grpo_lightning.step import PolicyWeights
 
 _Sent = namedtuple("_Sent", "last_bytes")  # what WeightSync reads of engine.transport
 

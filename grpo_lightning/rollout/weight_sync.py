@@ -6,8 +6,8 @@ an engine started from another snapshot, or shared between runs, begins from the
 module trains) and after every optimizer step; every ``sync_every`` steps the policy's
 tensors go into the engine (in memory in process, through a safetensors folder out of
 process; see :meth:`VLLMEngine.load_weights`). The sync is handed what to push, a
-:class:`~grpo_lightning.step.PolicyWeights` (named tensors and their version), and never
-sees the module (:mod:`grpo_lightning.weight_push` gathers them). With ``verify=True`` the
+:class:`~grpo_lightning.records.PolicyWeights` (named tensors and their version), and never
+sees the module (:mod:`grpo_lightning.step.weight_push` gathers them). With ``verify=True`` the
 engine must then score a fixed canary sequence as the policy did (:class:`ProbeScores`, scored
 by the trainer before the push), or :class:`WeightSyncError` stops the run: a sync that
 silently did nothing would train on samples from the initial model forever.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grpo_lightning.step import PolicyWeights
+from grpo_lightning.records import PolicyWeights
 
 
 class WeightSyncError(RuntimeError):

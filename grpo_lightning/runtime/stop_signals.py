@@ -13,11 +13,9 @@ import sys
 
 import torch
 
+from grpo_lightning.errors import StoppedAtOnce
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class StoppedAtOnce(SystemExit):
-    """A second signal: leave now (``SystemExit`` passes every ``except Exception``) with 128 + signum."""
 
 
 def say(message: str) -> None:

@@ -31,8 +31,8 @@ import lightning as L
 import torch
 from trl_sums import write_sums  # beside this script (run as a file: its folder is on sys.path)
 
-import grpo_lightning.module as module_module
 import grpo_lightning.rollout.generator as rollout_module
+import grpo_lightning.step.module as module_module
 from grpo_lightning.build import build_run
 from grpo_lightning.config import TrainConfig
 from grpo_lightning.data import PromptDataModule

@@ -3,7 +3,7 @@
 Run as ``python tests/helpers/ddp_gradients_worker.py OUT_DIR [ddp] [fsdp]`` (each into OUT_DIR/<kind>):
 it spawns two gloo processes; each wraps the policy in torch's DistributedDataParallel (the gradient averaging Lightning's DDP
 strategy uses) or, with ``fsdp``, shards policy and reference with FSDP2 as
-``trainer.strategy=fsdp`` does (:func:`grpo_lightning.sharding.shard_module`), gives GRPOModule a minimal trainer whose strategy reduces over the process
+``trainer.strategy=fsdp`` does (:func:`grpo_lightning.models.sharding.shard_module`), gives GRPOModule a minimal trainer whose strategy reduces over the process
 group, and runs ``prepare`` + ``accumulate_gradients`` on its half of a fixed batch. Rank 0
 also computes the gradient of the whole batch in one process. Writes one JSON per mode.
 """
@@ -23,8 +23,8 @@ from torch.nn.parallel import DistributedDataParallel
 from grpo_lightning.algorithm import LOSS_AGG_MODES
 from grpo_lightning.config import AlgorithmConfig, TinyModelConfig
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
-from grpo_lightning.module import GRPOModule
 from grpo_lightning.rollout import RolloutBatch
+from grpo_lightning.step.module import GRPOModule
 
 GROUPS, GROUP_SIZE, MAX_NEW = 4, 4, 6  # 2 groups per rank
 
@@ -86,7 +86,7 @@ def wrap(module: GRPOModule, kind: str, world: int):
     if kind == "fsdp":
         from torch.distributed.device_mesh import init_device_mesh
 
-        from grpo_lightning.sharding import shard_module
+        from grpo_lightning.models.sharding import shard_module
 
         shard_module(module, init_device_mesh("cpu", (world,)))
         return None  # FSDP2 reduce-scatters every micro-batch's gradient: nothing to block

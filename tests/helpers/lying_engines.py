@@ -22,9 +22,9 @@ from dataclasses import replace
 import torch
 from transformers import DynamicCache
 
+from grpo_lightning.records import Completion
 from grpo_lightning.rollout.engine import EngineBase
 from grpo_lightning.rollout.sampler import SeededSampler
-from grpo_lightning.step import Completion
 
 
 class OwnWeightsEngine(EngineBase):

@@ -12,7 +12,7 @@ import pytest
 
 from grpo_lightning import build, train
 from grpo_lightning.config import ConfigError
-from grpo_lightning.guards import NonFiniteTrainingError
+from grpo_lightning.step.guards import NonFiniteTrainingError
 
 
 def cli(monkeypatch, tmp_path, *args: str) -> None:
@@ -87,7 +87,8 @@ def test_debug_keeps_the_traceback_of_a_user_error(monkeypatch, tmp_path, capsys
 INJECTED_BUG = textwrap.dedent(
     """
     import sys
-    from grpo_lightning import module, train
+    from grpo_lightning import train
+    from grpo_lightning.step import module
 
     def training_step(self, batch, batch_idx):
         raise ZeroDivisionError("an injected bug")

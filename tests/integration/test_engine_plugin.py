@@ -19,7 +19,7 @@ ENGINE_PLUGIN = textwrap.dedent(
     """
     from grpo_lightning.rewards import register_reward
     from grpo_lightning.rollout.engine import ENGINES, EngineBase
-    from grpo_lightning.step import Completion
+    from grpo_lightning.records import Completion
 
     FIXED = "7+7"
     CALLS = []  # (number of requests, max_new_tokens) of each generate call

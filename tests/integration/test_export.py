@@ -19,9 +19,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_lightning.config import RolloutConfig
-from grpo_lightning.export import export_hf
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
 from grpo_lightning.rollout import GenerationRequest, Sampling
+from grpo_lightning.runtime.export import export_hf
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,9 +11,9 @@ from dataclasses import replace
 import pytest
 
 from grpo_lightning.build import build_run, fit
-from grpo_lightning.checkpointing import checkpoints_in
 from grpo_lightning.config.compose import compose
 from grpo_lightning.eval_cli import evaluate
+from grpo_lightning.runtime.checkpoints import checkpoints_in
 
 pytest.importorskip("reasoning_gym")
 

@@ -11,8 +11,8 @@ import lightning as L
 import pytest
 
 from grpo_lightning.build import build_run, fit
-from grpo_lightning.checkpointing import checkpoints_in, resume_path
 from grpo_lightning.config import ConfigError, validate_config
+from grpo_lightning.runtime.checkpoints import checkpoints_in, resume_path
 
 
 class Recorder(L.Callback):

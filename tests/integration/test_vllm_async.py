@@ -8,8 +8,8 @@ from helpers.vllm_helpers import RolloutRecorder, diversity_failures, run_traini
 
 import grpo_lightning.rollout.generator as rollout_module
 from grpo_lightning.build import build_run
-from grpo_lightning.checkpointing import checkpoints_in
 from grpo_lightning.data import PromptDataModule
+from grpo_lightning.runtime.checkpoints import checkpoints_in
 
 # The same two prompts at every step: F1 showed as one prompt getting the same completion
 # at every step.

@@ -8,11 +8,11 @@ from helpers.vllm_helpers import perturbed_policy
 
 from grpo_lightning.config import AlgorithmConfig, RolloutConfig
 from grpo_lightning.models import build_tiny_policy
-from grpo_lightning.module import GRPOModule
 from grpo_lightning.rollout import GenerationRequest, Sampling, WeightSync, WeightSyncError
 from grpo_lightning.rollout.seeding import group_seeds
 from grpo_lightning.rollout.side_effects import ProcessState
-from grpo_lightning.weight_push import policy_weights, probe_scores
+from grpo_lightning.step.module import GRPOModule
+from grpo_lightning.step.weight_push import policy_weights, probe_scores
 
 PROMPTS = ["1+2=", "9+9=", "3+4=", "0+7="]
 

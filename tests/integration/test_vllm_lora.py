@@ -10,7 +10,7 @@ from helpers.vllm_helpers import small_config
 from grpo_lightning.build import build_run
 from grpo_lightning.models.lora import merged_state_dict
 from grpo_lightning.rollout.weight_sync import WeightSync, WeightSyncError
-from grpo_lightning.weight_push import probe_scores
+from grpo_lightning.step.weight_push import probe_scores
 
 
 def test_lora_training_syncs_merged_weights_that_verify(vllm_session):

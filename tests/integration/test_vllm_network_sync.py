@@ -11,10 +11,10 @@ from test_vllm_server import perturbed_policy
 
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.models import build_char_tokenizer
-from grpo_lightning.module import GRPOModule
 from grpo_lightning.rollout import WeightSync
 from grpo_lightning.rollout.transports import NetworkTransport
-from grpo_lightning.weight_push import policy_weights, probe_scores
+from grpo_lightning.step.module import GRPOModule
+from grpo_lightning.step.weight_push import policy_weights, probe_scores
 
 
 def test_network_sync_needs_no_folder_the_server_can_read(vllm_server):

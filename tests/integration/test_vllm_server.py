@@ -16,10 +16,10 @@ from conftest import SERVER_KEY_ENV, free_port, make_config
 from grpo_lightning.build import build_run
 from grpo_lightning.config import AlgorithmConfig, ConfigError, RolloutConfig, validate_config
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
-from grpo_lightning.module import GRPOModule
 from grpo_lightning.rollout import GenerationRequest, Sampling, WeightSync, WeightSyncError, group_seeds
 from grpo_lightning.rollout.vllm_server import VLLMServerError
-from grpo_lightning.weight_push import policy_weights, probe_scores
+from grpo_lightning.step.module import GRPOModule
+from grpo_lightning.step.weight_push import policy_weights, probe_scores
 
 
 def perturbed_policy(tokenizer, seed: int = 7):

@@ -11,12 +11,12 @@ from test_vllm_server import perturbed_policy, requests
 
 from grpo_lightning.config import AlgorithmConfig, RolloutConfig, VLLMConfig, VLLMServerConfig
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
-from grpo_lightning.module import GRPOModule
 from grpo_lightning.rollout import Sampling, WeightSync
 from grpo_lightning.rollout.transports import NetworkTransport
 from grpo_lightning.rollout.vllm_server import VLLMServerEngine, VLLMServerError
 from grpo_lightning.rollout.vllm_server_pool import VLLMServerPool
-from grpo_lightning.weight_push import policy_weights, probe_scores
+from grpo_lightning.step.module import GRPOModule
+from grpo_lightning.step.weight_push import policy_weights, probe_scores
 
 
 def _version(engine) -> str:

@@ -8,7 +8,7 @@ from conftest import gradients
 
 from grpo_lightning.algorithm import LOSS_AGG_MODES
 from grpo_lightning.config import AlgorithmConfig
-from grpo_lightning.module import GRPOModule
+from grpo_lightning.step.module import GRPOModule
 
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)

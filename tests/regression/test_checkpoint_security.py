@@ -23,15 +23,15 @@ from conftest import fit as fit_plain
 
 from grpo_lightning.build import build_run, fit
 from grpo_lightning.callbacks import HealthMonitor
-from grpo_lightning.checkpointing import checkpoints_in, rng_state, set_rng_state
 from grpo_lightning.config import RolloutConfig
 from grpo_lightning.errors import CheckpointError
 from grpo_lightning.health import Alert
-from grpo_lightning.plain_state import RefusedState, from_plain, to_plain
+from grpo_lightning.records.plain_state import RefusedState, from_plain, to_plain
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rollout import AsyncRolloutGenerator, HFEngine, Sampling
 from grpo_lightning.rollout.async_generator import PendingGeneration
 from grpo_lightning.rollout.engine import Completion, GenerationRequest
+from grpo_lightning.runtime.checkpoints import checkpoints_in, rng_state, set_rng_state
 
 
 class Payload:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from conftest import fit, make_config
 
-from grpo_lightning.module import GRPOModule
+from grpo_lightning.step.module import GRPOModule
 
 
 def _noop_step(monkeypatch):

@@ -10,8 +10,8 @@ from conftest import make_generator
 import grpo_lightning.algorithm.objective as objective_lib
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.data import PromptDataModule
-from grpo_lightning.guards import NonFiniteTrainingError
-from grpo_lightning.module import GRPOModule
+from grpo_lightning.step.guards import NonFiniteTrainingError
+from grpo_lightning.step.module import GRPOModule
 from grpo_lightning.tasks import arithmetic_records
 
 

@@ -18,14 +18,14 @@ import pytest
 import torch
 
 import grpo_lightning.algorithm.objective as objective_lib
-import grpo_lightning.checkpointing as checkpointing
+import grpo_lightning.runtime.checkpoints as checkpointing
 from grpo_lightning.build import build_run, fit
 from grpo_lightning.errors import CheckpointError, UserError
-from grpo_lightning.guards import NonFiniteTrainingError
 from grpo_lightning.runtime import checksums
 from grpo_lightning.runtime.resume_check import CONFIG_KEY
 from grpo_lightning.runtime.run_lock import RunFolderBusy, RunLock, lock_run_folder
 from grpo_lightning.runtime.stop_signals import StopSignals
+from grpo_lightning.step.guards import NonFiniteTrainingError
 
 
 def config(make_config, folder, steps=4, **overrides):

@@ -16,10 +16,10 @@ import torch
 from helpers.fake_server_engine import FakeServers, held
 
 from grpo_lightning.errors import ServerError
+from grpo_lightning.records import PolicyWeights
 from grpo_lightning.rollout.sync_watchdog import SyncTimeout
 from grpo_lightning.rollout.vllm_server import ServerClient, VLLMServerError
 from grpo_lightning.rollout.weight_sync import ProbeScores, WeightSync, WeightSyncError
-from grpo_lightning.step import PolicyWeights
 
 
 @pytest.fixture

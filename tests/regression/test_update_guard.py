@@ -9,9 +9,9 @@ import pytest
 import torch
 from test_nan_guard import all_finite, prepared_fit
 
-from grpo_lightning import update_check
-from grpo_lightning.guards import NonFiniteTrainingError
-from grpo_lightning.update_check import nonfinite_update_count
+from grpo_lightning.step import update_check
+from grpo_lightning.step.guards import NonFiniteTrainingError
+from grpo_lightning.step.update_check import nonfinite_update_count
 
 
 def test_a_huge_learning_rate_never_writes_inf_weights_and_the_message_is_true(policy, tokenizer):

@@ -7,12 +7,12 @@ import pytest
 
 from grpo_lightning import errors
 from grpo_lightning.data.files import DataError
-from grpo_lightning.guards import NonFiniteTrainingError
 from grpo_lightning.health.alerts import Alert, HealthCheckError
 from grpo_lightning.models.smollm2 import MissingPackageError
 from grpo_lightning.rewards.scorer import RewardFunctionError
 from grpo_lightning.rollout.engine import EngineError
 from grpo_lightning.rollout.vllm_server import VLLMServerError
+from grpo_lightning.step.guards import NonFiniteTrainingError
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from typing import Any
 
 from grpo_lightning.environments.adapters.verifiers import GenerateServer
 from grpo_lightning.environments.adapters.verifiers_traces import traces_to_batch
-from grpo_lightning.step import RolloutBatch
+from grpo_lightning.records import RolloutBatch
 
 DRIVER = Path(__file__).with_name("verifiers_driver.py")
 

@@ -1,4 +1,4 @@
-"""verifiers 0.4 traces (``Trace.to_record()``) -> a :class:`~grpo_lightning.step.RolloutBatch`.
+"""verifiers 0.4 traces (``Trace.to_record()``) -> a :class:`~grpo_lightning.records.RolloutBatch`.
 
 A trace's message graph holds each message's token ids as the client rendered or sampled them
 (``nodes[i].token_ids``), which of them the model sampled (``mask``) and the engine's log-prob of
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from grpo_lightning.step import Completion, RolloutBatch
+from grpo_lightning.records import Completion, RolloutBatch
 
 
 @dataclass

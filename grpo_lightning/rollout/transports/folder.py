@@ -10,8 +10,8 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
+from grpo_lightning.records import PolicyWeights
 from grpo_lightning.rollout.transport import TRANSPORTS, WeightReceiver
-from grpo_lightning.step import PolicyWeights
 
 
 def save_weights_folder(named_tensors, folder: str) -> str:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from grpo_lightning.records import PolicyWeights
 from grpo_lightning.rollout.transport import TRANSPORTS, WeightReceiver
-from grpo_lightning.step import PolicyWeights
 
 
 @TRANSPORTS.register("memory")

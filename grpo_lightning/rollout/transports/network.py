@@ -18,9 +18,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from grpo_lightning.records import PolicyWeights
 from grpo_lightning.rollout.transport import TRANSPORTS
 from grpo_lightning.rollout.transports.wire import broadcast, open_group, pack, plan_buckets
-from grpo_lightning.step import PolicyWeights
 
 RECEIVER = "grpo_lightning.rollout.transports.network_receiver.NetworkWeightReceiver"  # --worker-extension-cls
 

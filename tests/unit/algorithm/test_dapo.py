@@ -10,10 +10,10 @@ from conftest import fit, make_config, make_generator
 
 from grpo_lightning.algorithm import tied_groups
 from grpo_lightning.config import AlgorithmConfig
-from grpo_lightning.module import GRPOModule, StepResult
 from grpo_lightning.rewards import register_reward
 from grpo_lightning.rewards.overlong import overlong_penalty_value
 from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
+from grpo_lightning.step.module import GRPOModule, StepResult
 from grpo_lightning.tasks.arithmetic import arithmetic_records
 
 

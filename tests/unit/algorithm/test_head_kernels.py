@@ -15,7 +15,7 @@ from helpers.triton_interpreter import run_check
 
 from grpo_lightning.algorithm import fused_head, head_kernels
 from grpo_lightning.config import AlgorithmConfig
-from grpo_lightning.module import GRPOModule
+from grpo_lightning.step.module import GRPOModule
 
 
 def test_kernels_match_the_eager_path_in_tritons_interpreter():

@@ -10,8 +10,8 @@ import torch
 from grpo_lightning.algorithm import truncated_importance_weights
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
-from grpo_lightning.module import GRPOModule
 from grpo_lightning.rollout import RolloutBatch
+from grpo_lightning.step.module import GRPOModule
 
 
 def test_token_level_weights_are_truncated_ratios():

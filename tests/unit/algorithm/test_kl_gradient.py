@@ -14,7 +14,7 @@ import torch
 from grpo_lightning.algorithm import MicroBatch, PreparedBatch, micro_batch_loss
 from grpo_lightning.algorithm.kl import K3_OUTPUT_CLAMP, kl_estimate, ratio_weighted
 from grpo_lightning.config import AlgorithmConfig
-from grpo_lightning.step import TokenLogProbs
+from grpo_lightning.records import TokenLogProbs
 
 
 def expected_gradient(logits: torch.Tensor, ref_logp: torch.Tensor, kind: str, corrected: bool) -> torch.Tensor:

@@ -10,8 +10,8 @@ import torch
 from grpo_lightning.algorithm.corrections import CORRECTIONS, CorrectionInputs, apply_corrections, selected_corrections
 from grpo_lightning.algorithm.mismatch import DEFAULT_BAND, correction_flags, mismatch_metrics, mismatch_sums
 from grpo_lightning.config.algorithm import AlgorithmConfig
-from grpo_lightning.step import RolloutBatch, TokenLogProbs
-from grpo_lightning.step_passes import measure_mismatch
+from grpo_lightning.records import RolloutBatch, TokenLogProbs
+from grpo_lightning.step.passes import measure_mismatch
 
 OPTIONS = {  # thresholds a 0.3-nat drift crosses often enough to test both sides
     "tis_token": {"cap": 1.2},

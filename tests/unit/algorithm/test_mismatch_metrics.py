@@ -11,8 +11,8 @@ import torch
 from grpo_lightning.algorithm.corrections import CORRECTIONS
 from grpo_lightning.algorithm.corrections.icepop import IcepopOptions
 from grpo_lightning.algorithm.mismatch import add_sums, correction_flags, mismatch_metrics, mismatch_sums
-from grpo_lightning.step import RolloutBatch, TokenLogProbs
-from grpo_lightning.step_passes import measure_mismatch, version_lag
+from grpo_lightning.records import RolloutBatch, TokenLogProbs
+from grpo_lightning.step.passes import measure_mismatch, version_lag
 
 
 def _case(seed: int):

@@ -8,7 +8,7 @@ import torch
 from conftest import fit
 
 from grpo_lightning.config import AlgorithmConfig
-from grpo_lightning.module import GRPOModule
+from grpo_lightning.step.module import GRPOModule
 
 
 def test_first_pass_records_the_old_log_probs_a_separate_forward_would_give(policy, rollout):

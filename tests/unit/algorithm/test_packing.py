@@ -16,7 +16,7 @@ from conftest import gradients
 from grpo_lightning.algorithm.packing import first_fit_decreasing, pack_micro_batch
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.models.forward import CompletionLogProbs
-from grpo_lightning.module import GRPOModule
+from grpo_lightning.step.module import GRPOModule
 
 CASES = 60
 
@@ -172,7 +172,7 @@ def _repeated(rollout, times: int):
 
 def test_auto_micro_batches_hold_every_short_sequence_of_the_rollout_at_once(policy, rollout):
     """auto decides from the rollout's used width: 96 short rows are one pass, not three of 32."""
-    from grpo_lightning.micro_batches import micro_batches
+    from grpo_lightning.step.micro_batches import micro_batches
 
     big = _repeated(rollout, 6)
     (whole,) = micro_batches(big, big.num_sequences)

@@ -13,7 +13,7 @@ from grpo_lightning.callbacks import run_report
 from grpo_lightning.callbacks.progress import RunProgress
 from grpo_lightning.callbacks.run_report import RunReport, output_lines
 from grpo_lightning.health import Alert
-from grpo_lightning.step import RolloutBatch
+from grpo_lightning.records import RolloutBatch
 
 
 def fake_trainer(step: int):

@@ -21,8 +21,8 @@ from grpo_lightning.algorithm.aggregation import LOSS_AGG_MODES
 from grpo_lightning.algorithm.policy_loss import POLICY_LOSSES
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
-from grpo_lightning.module import GRPOModule
-from grpo_lightning.step import RolloutBatch
+from grpo_lightning.records import RolloutBatch
+from grpo_lightning.step.module import GRPOModule
 
 HORIZON = 16
 

@@ -9,9 +9,9 @@ from grpo_lightning.environments.base import REWARD_AGGREGATORS, Turn
 from grpo_lightning.environments.limits import EpisodeLimits
 from grpo_lightning.environments.render import ChatRenderer
 from grpo_lightning.environments.rollout import METRICS, EpisodeRollout
-from grpo_lightning.micro_batches import micro_batches
 from grpo_lightning.rewards import RewardScorer, register_reward
 from grpo_lightning.rollout import RolloutGenerator, Sampling
+from grpo_lightning.step.micro_batches import micro_batches
 from grpo_lightning.tasks.guess_number import FOUND, HIGHER, LOWER, GuessNumberEnv, read_guess
 from tests.helpers.episodes import FakeEngine, ScriptedEnv, chatml_tokenizer
 

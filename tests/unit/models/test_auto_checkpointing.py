@@ -45,7 +45,7 @@ def test_auto_sets_checkpointing_on_the_policy_during_training(config_factory, m
         return choice
 
     monkeypatch.setattr(auto_checkpointing, "available_bytes", fake_available)
-    monkeypatch.setattr("grpo_lightning.module.choose_checkpointing", spy)
+    monkeypatch.setattr("grpo_lightning.step.module.choose_checkpointing", spy)
     cfg = config_factory(2, **{"model.gradient_checkpointing": "auto"})
     run = fit(cfg)
     assert recorded["choices"] == [expected, expected]  # decided every step

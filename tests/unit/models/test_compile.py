@@ -12,7 +12,7 @@ from torch._dynamo.utils import counters
 
 from grpo_lightning.config import AlgorithmConfig, TrainConfig, validate_config
 from grpo_lightning.models.compile import compile_training_models, eager_generation, is_compiled, layers_to_compile
-from grpo_lightning.module import GRPOModule
+from grpo_lightning.step.module import GRPOModule
 
 
 def _pass(module: GRPOModule, rollout):

@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM
 from grpo_lightning.config import AlgorithmConfig, LoraModelConfig, ModelConfig
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.lora import AdapterDisabledReference, merged_state_dict, save_adapter, save_merged
-from grpo_lightning.module import GRPOModule
+from grpo_lightning.step.module import GRPOModule
 
 
 def lora_policy(rank: int = 8, **model):

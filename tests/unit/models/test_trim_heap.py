@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import fit, make_config
 
-import grpo_lightning.module as module
+import grpo_lightning.step.module as module
 from grpo_lightning.models.allocator import trim_heap
 
 

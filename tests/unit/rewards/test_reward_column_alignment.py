@@ -9,11 +9,11 @@ from pathlib import Path
 
 from grpo_lightning.data.sampler import PromptSampler
 from grpo_lightning.models import build_char_tokenizer
+from grpo_lightning.records import Completion
 from grpo_lightning.rewards import RewardScorer, find_reward
 from grpo_lightning.rollout import RolloutGenerator, Sampling
 from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
 from grpo_lightning.rollout.engine import EngineBase
-from grpo_lightning.step import Completion
 
 TRL_FILE = str(Path(__file__).resolve().parents[2] / "helpers" / "trl_style_rewards.py")
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"

@@ -19,7 +19,7 @@ from grpo_lightning.models.adapter_sync import adapter_weights, base_state
 from grpo_lightning.models.lora import apply_lora, merged_state_dict
 from grpo_lightning.rollout.lora_adapters import LoraServing
 from grpo_lightning.rollout.weight_sync import ProbeScores, WeightSync, WeightSyncError
-from grpo_lightning.weight_push import policy_weights
+from grpo_lightning.step.weight_push import policy_weights
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,10 @@ import torch
 from safetensors.torch import load_file
 
 from grpo_lightning.config import VLLMSyncConfig
+from grpo_lightning.records import PolicyWeights
 from grpo_lightning.rollout.transports import TRANSPORTS, NetworkTransport, make_transport
 from grpo_lightning.rollout.transports.network_receiver import NetworkWeightReceiver
 from grpo_lightning.rollout.transports.wire import pack, plan_buckets, unpack
-from grpo_lightning.step import PolicyWeights
 
 
 class FakeWorker(NetworkWeightReceiver):

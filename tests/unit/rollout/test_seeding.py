@@ -85,7 +85,7 @@ def test_resume_from_a_checkpoint_continues_the_seed_steps(tokenizer, tmp_path):
     from grpo_lightning.config import AlgorithmConfig
     from grpo_lightning.data import PromptDataModule
     from grpo_lightning.models import build_tiny_policy
-    from grpo_lightning.module import GRPOModule
+    from grpo_lightning.step.module import GRPOModule
     from grpo_lightning.tasks import arithmetic_records
 
     def fit(checkpoint_every=None, resume_from=None):

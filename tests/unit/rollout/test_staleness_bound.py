@@ -8,10 +8,10 @@ import torch
 from conftest import PROMPTS, make_generator
 
 from grpo_lightning.data.lookahead import PromptWindow
+from grpo_lightning.records import Completion, PolicyWeights
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rollout import RolloutGenerator
 from grpo_lightning.rollout.async_generator import AsyncRolloutGenerator, bound_staleness
-from grpo_lightning.step import Completion, PolicyWeights
 from tests.helpers.lying_engines import OwnWeightsEngine
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch
 from safetensors.torch import load_file
 
+from grpo_lightning.records import PolicyWeights
 from grpo_lightning.rollout import TRANSPORTS
 from grpo_lightning.rollout.transport import WeightTransport
-from grpo_lightning.step import PolicyWeights
 
 
 class RecordingEngine:

@@ -14,12 +14,12 @@ import torch
 from helpers.fake_server_engine import FakeServers, held
 
 from grpo_lightning.config import TrainConfig, VLLMConfig, VLLMServerConfig, VLLMSyncConfig
+from grpo_lightning.records import PolicyWeights
 from grpo_lightning.rollout.engine import GenerationRequest, Sampling
 from grpo_lightning.rollout.vllm import vllm_engine
 from grpo_lightning.rollout.vllm_server import VLLMServerError
 from grpo_lightning.rollout.vllm_server_pool import LeastLoaded, VLLMServerPool, member_config
 from grpo_lightning.rollout.weight_sync import ProbeScores, WeightSync, WeightSyncError
-from grpo_lightning.step import PolicyWeights
 
 SAMPLING = Sampling(max_new_tokens=3, temperature=1.0, top_p=1.0, top_k=0)
 

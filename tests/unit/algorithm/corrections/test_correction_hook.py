@@ -7,8 +7,8 @@ import torch
 from grpo_lightning.algorithm.corrections.geo_mask import GeoMaskOptions
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
-from grpo_lightning.module import GRPOModule
 from grpo_lightning.rollout import RolloutBatch
+from grpo_lightning.step.module import GRPOModule
 
 
 def _rollout(engine_logprobs: torch.Tensor) -> RolloutBatch:

@@ -1,4 +1,4 @@
-"""``LifecycleHooks``: what Lightning calls on :class:`~grpo_lightning.module.GRPOModule` around its
+"""``LifecycleHooks``: what Lightning calls on :class:`~grpo_lightning.step.module.GRPOModule` around its
 training step: the rollout engine's life cycle (setup, the weight push after each step, close),
 validation, and the module's own state in a checkpoint.
 
@@ -12,9 +12,9 @@ from dataclasses import asdict
 
 import lightning as L
 
-from grpo_lightning.guards import NonFiniteCounters
-from grpo_lightning.metrics import write_metrics
-from grpo_lightning.weight_push import CloseRolloutOnException, push_weights
+from grpo_lightning.step.guards import NonFiniteCounters
+from grpo_lightning.step.metrics import write_metrics
+from grpo_lightning.step.weight_push import CloseRolloutOnException, push_weights
 
 
 class LifecycleHooks:

@@ -20,7 +20,7 @@ them with their original seeds would sample from the checkpoint's newer weights 
 the run, so the resumed run trains on exactly the batches the uninterrupted one did.
 
 Checkpoints are data, never code: all of that is tensors, numbers, strings, lists and dicts
-(:mod:`~grpo_lightning.plain_state`), and :func:`fit_refusing_code` resumes with
+(:mod:`~grpo_lightning.records.plain_state`), and :func:`fit_refusing_code` resumes with
 ``torch.load(weights_only=True)``, so a checkpoint holding any other object (a crafted one
 whose unpickling would run code) is refused with a :class:`CheckpointError` before it runs.
 
@@ -54,14 +54,14 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 
 from grpo_lightning.errors import CheckpointError, UserError
-from grpo_lightning.export import export_hf
-from grpo_lightning.guards import NonFiniteTrainingError
 from grpo_lightning.models.lora import full_state_dict
-from grpo_lightning.plain_state import NOT_CODE, RefusedState
+from grpo_lightning.models.sharding import is_sharded
+from grpo_lightning.records.plain_state import NOT_CODE, RefusedState
 from grpo_lightning.runtime import checksums
+from grpo_lightning.runtime.export import export_hf
 from grpo_lightning.runtime.resume_check import CONFIG_KEY, check_resume
 from grpo_lightning.runtime.stop_signals import StopSignals
-from grpo_lightning.sharding import is_sharded
+from grpo_lightning.step.guards import NonFiniteTrainingError
 
 CHECKPOINT_DIR = "checkpoints"
 # Lightning's save flag (not torch.load's): write optimizer, loops and callbacks too. Said explicitly

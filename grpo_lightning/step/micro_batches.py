@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from grpo_lightning.algorithm import MicroBatch
-from grpo_lightning.step import RolloutBatch, TokenLogProbs
+from grpo_lightning.records import RolloutBatch, TokenLogProbs
 
 
 def micro_batches(rollout: RolloutBatch, size: int) -> Iterator[MicroBatch]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import logging
 
-from grpo_lightning.csv_resume import ResumableCSVLogger, csv_version
-from grpo_lightning.logging_setup import NoiseFilter
+from grpo_lightning.runtime.csv_logger import ResumableCSVLogger, csv_version
+from grpo_lightning.runtime.logging_setup import NoiseFilter
 
 
 def record(message: str, level: int = logging.INFO, name: str = "lightning.pytorch.utilities.rank_zero"):

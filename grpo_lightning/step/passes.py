@@ -13,7 +13,7 @@ import torch
 from grpo_lightning.algorithm.corrections import Correction
 from grpo_lightning.algorithm.mismatch import correction_flags, mismatch_sums
 from grpo_lightning.algorithm.objective import LossTerms, MicroBatch
-from grpo_lightning.step import AggregationRecord, PassStats, RolloutBatch, TokenLogProbs
+from grpo_lightning.records import AggregationRecord, PassStats, RolloutBatch, TokenLogProbs
 
 # The PassStats fields summed over micro-batches on the device (read once per pass).
 PASS_SUMS = ("loss", "policy_loss", "kl_loss", "kl_sum", "kept_tokens", "entropy_sum", "clip_low_sum", "clip_high_sum")

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import lightning as L
 
-from grpo_lightning.guards import NonFiniteCounters
-from grpo_lightning.reductions import StepStats
+from grpo_lightning.records import PassStats, RolloutBatch, StepResult
 from grpo_lightning.rewards.routing import source_reward_metrics
-from grpo_lightning.step import PassStats, RolloutBatch, StepResult
+from grpo_lightning.step.guards import NonFiniteCounters
+from grpo_lightning.step.reductions import StepStats
 
 # The step metrics also given to Lightning's ``self.log`` (trainer.callback_metrics, for
 # callbacks such as ModelCheckpoint(monitor=...) and notebooks; the first two on the progress

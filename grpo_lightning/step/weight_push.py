@@ -14,9 +14,9 @@ import torch
 
 from grpo_lightning.models.adapter_sync import adapter_weights
 from grpo_lightning.models.lora import engine_weights
+from grpo_lightning.records import PolicyWeights
 from grpo_lightning.rollout.generator import RolloutGenerator
 from grpo_lightning.rollout.weight_sync import ProbeScores, WeightSync
-from grpo_lightning.step import PolicyWeights
 
 
 def policy_weights(policy: torch.nn.Module, version: int, adapter: bool = False) -> PolicyWeights:

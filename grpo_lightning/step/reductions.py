@@ -18,7 +18,7 @@ import torch
 from torchmetrics import MeanMetric, Metric
 
 from grpo_lightning.algorithm import tied_groups
-from grpo_lightning.step import PassStats, RolloutBatch
+from grpo_lightning.records import PassStats, RolloutBatch
 
 # Sums over the step's samples and tokens; per reward function three more (sum, sum of squares, count).
 _SUMS = (

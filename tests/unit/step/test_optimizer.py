@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from grpo_lightning.config import AlgorithmConfig
-from grpo_lightning.module import GRPOModule, adamw_can_fuse
+from grpo_lightning.step.module import GRPOModule, adamw_can_fuse
 
 
 def test_the_policy_trains_with_fused_adamw_on_cpu(policy):

@@ -16,7 +16,7 @@ Data flows one way, and ``training_step`` reads it top to bottom:
    pushes the new weights into an engine that keeps its own (vLLM).
 
 The hooks around the step (engine life cycle, validation, checkpoint state) are the
-:class:`~grpo_lightning.module_hooks.LifecycleHooks` mixin.
+:class:`~grpo_lightning.step.hooks.LifecycleHooks` mixin.
 
 The module owns the generator (no callback hands it batches): each hop's product is passed on
 in one function, and a plain ``Trainer`` with no callbacks trains and validates.
@@ -53,21 +53,21 @@ from grpo_lightning.algorithm.packing import PackedMicroBatch
 from grpo_lightning.algorithm.truncation import Truncation, replayed_truncation
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.evaluation import Evaluator
-from grpo_lightning.guards import NonFiniteCounters, NonFiniteTrainingError
-from grpo_lightning.metrics import CALLBACK_METRICS, StepTotals, log_callback_metrics, step_metrics
-from grpo_lightning.micro_batches import frozen_log_probs, micro_batches
 from grpo_lightning.models.allocator import trim_heap
 from grpo_lightning.models.auto_checkpointing import CheckpointingChoice, choose_checkpointing, set_checkpointing
 from grpo_lightning.models.forward import CompletionLogProbs
 from grpo_lightning.models.lora import AdapterDisabledReference, is_peft_model, reference_model
-from grpo_lightning.module_hooks import LifecycleHooks
-from grpo_lightning.optim import adamw_can_fuse, build_optimizer
-from grpo_lightning.reductions import ValidationMeans
+from grpo_lightning.models.sharding import DATA_PARALLEL, shard_module
+from grpo_lightning.records import PassStats, RolloutBatch, StepContext, StepResult
 from grpo_lightning.rollout.generator import RolloutGenerator
-from grpo_lightning.sharding import DATA_PARALLEL, shard_module
-from grpo_lightning.step import PassStats, RolloutBatch, StepContext, StepResult
-from grpo_lightning.step_passes import PassRecorder, measure_mismatch
-from grpo_lightning.update_check import nonfinite_update_count
+from grpo_lightning.step.guards import NonFiniteCounters, NonFiniteTrainingError
+from grpo_lightning.step.hooks import LifecycleHooks
+from grpo_lightning.step.metrics import CALLBACK_METRICS, StepTotals, log_callback_metrics, step_metrics
+from grpo_lightning.step.micro_batches import frozen_log_probs, micro_batches
+from grpo_lightning.step.optim import adamw_can_fuse, build_optimizer
+from grpo_lightning.step.passes import PassRecorder, measure_mismatch
+from grpo_lightning.step.reductions import ValidationMeans
+from grpo_lightning.step.update_check import nonfinite_update_count
 
 # Re-exported: the records and helpers that used to live here keep their import path.
 __all__ = ["CALLBACK_METRICS", "GRPOModule", "PassStats", "StepResult", "adamw_can_fuse"]

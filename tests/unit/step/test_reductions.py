@@ -7,9 +7,9 @@ import random
 
 import torch
 
-from grpo_lightning.metrics import StepTotals
-from grpo_lightning.reductions import StepStats, ValidationMeans
-from grpo_lightning.step import PassStats, RolloutBatch
+from grpo_lightning.records import PassStats, RolloutBatch
+from grpo_lightning.step.metrics import StepTotals
+from grpo_lightning.step.reductions import StepStats, ValidationMeans
 
 
 def random_rollout(rng: random.Random, groups: int, group_size: int, names=("a", "b")) -> RolloutBatch:

@@ -2,8 +2,8 @@
 
 import torch
 
-from grpo_lightning import update_check
-from grpo_lightning.update_check import INF, MIN_CHUNK_ELEMENTS, _largest_magnitudes
+from grpo_lightning.step import update_check
+from grpo_lightning.step.update_check import INF, MIN_CHUNK_ELEMENTS, _largest_magnitudes
 
 
 def _random_tensors(g: torch.Generator) -> list[torch.Tensor]:
