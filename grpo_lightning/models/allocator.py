@@ -10,7 +10,7 @@ notebook or script calls :func:`prefer_huge_pages` before its imports, ``build_r
 again (too late only if something allocated first) and reports whether it took effect
 (:func:`huge_pages_report`). The step's phases leave less resident slack in glibc's heap
 this way, for a lower peak at the same step time; the effect is measured, not derived, and not
-every program gains (docs/performance.md, "Huge pages and malloc's threshold").
+every program gains (benchmarks/results/LOG.md, "Huge pages and malloc's threshold").
 
 **Freed memory back to the OS, opt-in.**
 
@@ -24,7 +24,8 @@ phases' leftovers, not their maximum. ``mallopt(M_MMAP_THRESHOLD, n)`` fixes the
 more always come from ``mmap`` and go back to the OS when freed.
 
 It is opt-in (``trainer.malloc_mmap_threshold``) because fresh memory costs page faults: a
-lower peak for a slower step (the trade at several thresholds: docs/performance.md).
+lower peak for a slower step (the trade at several thresholds: benchmarks/results/LOG.md,
+"Other measurements moved out of the code's docs").
 """
 
 from __future__ import annotations

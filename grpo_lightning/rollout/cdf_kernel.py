@@ -1,7 +1,7 @@
 """The sampler's inverse CDF as one Triton kernel on GPUs (the tokens :func:`sampler.inverse_cdf` picks).
 
 Why: at 256 rows of a 152k vocabulary one draw took 1.06 ms of an H200's time per decoded token
-(docs/performance.md), most of it the float64 masses (a [B, V] float64 tensor written, then read
+(benchmarks/results/LOG.md), most of it the float64 masses (a [B, V] float64 tensor written, then read
 by the block sums) and the block-wise inverse CDF (sums, cumulative sums, searches, gathers).
 Here one program per row reads the row's float32 log-probs twice and writes one token: a first
 pass sums the float64 masses ``exp(logp)``, a second walks the blocks until their cumulative mass

@@ -8,7 +8,7 @@ module calls per layer; on a tiny policy the matmuls are a small part of a token
 model's own weights with one q/k/v and one gate/up matmul per layer, the rotary embedding of
 q and k as one complex multiplication with angles computed once per rollout by the model's
 own rotary module, and a preallocated KV cache read in place (the speed-up, measured:
-docs/performance.md).
+docs/performance.md, "Rollouts: HF decoders and vLLM engines").
 
 It covers small models (``FUSED_MAX_COPY_BYTES``: on larger ones a step is bound by its
 matmuls and the forward is as fast) whose decoder is exactly Llama's (``FUSED_ARCHITECTURES``):
@@ -34,7 +34,7 @@ STATIC_ROPE_TYPES = ("default", "linear", "llama3")
 FUSED_CHECK_ATOL = 1e-4
 # The fused q/k/v and gate/up matmuls are copies of about four fifths of the decoder's weights,
 # made once per rollout. Above this size a decode step is bound by its matmuls, where the fused
-# decoder saves nothing (SmolLM2-135M's copy would be 266 MiB, for no gain: docs/performance.md),
+# decoder saves nothing (SmolLM2-135M's copy would be 266 MiB, for no gain: benchmarks/results/LOG.md),
 # so larger models keep the forward.
 FUSED_MAX_COPY_BYTES = 64 * 2**20
 

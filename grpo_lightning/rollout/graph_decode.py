@@ -2,7 +2,7 @@
 
 On a GPU a transformers forward of one token is bound by the host: it launches about 1500
 kernels for a 24-layer model, and the GPU waits on the Python that launches them
-(docs/performance.md, "On a GPU"). The fused decoder (:mod:`grpo_lightning.rollout.fused_decode`)
+(benchmarks/results/LOG.md, "On a GPU"). The fused decoder (:mod:`grpo_lightning.rollout.fused_decode`)
 launches fewer, but its step still changes shape every token (it reads the cache up to the
 last written slot). :class:`StaticDecoder` makes every step the same computation: the new
 keys and values go to the cache slot a device counter names, the queries attend to the whole
@@ -19,7 +19,7 @@ After the checked first rollout, :class:`SampledGraphLoop` records more than the
 from the seeded streams, the padding of rows that ended and the writing of each token and its
 log-prob into the rollout's buffers join the same graph, so a token is one launch and no Python
 work (the host is free for what runs beside decoding; on a GPU the GPU's own time decides the
-speed either way: docs/performance.md).
+speed either way: benchmarks/results/LOG.md, "The step after the entropy and sampler fixes").
 
 It accepts what the fused layers compute (:func:`layout_support`: Llama-family layouts), in
 any float dtype and at any size. The engine checks the prefill and the first step of its first

@@ -2,7 +2,8 @@
 
 Straight to the loggers rather than through ``LightningModule.log``: Lightning's ``self.log``
 moves each metric's whole state object to the device on every key and call, a visible share of
-a small model's step for the module's keys (measured: docs/performance.md). Only
+a small model's step for the module's keys (measured: benchmarks/results/LOG.md, "Other
+measurements moved out of the code's docs"). Only
 :data:`CALLBACK_METRICS` also go through ``self.log``, for callbacks and notebooks.
 """
 

@@ -17,8 +17,8 @@ SUITE_LIMIT_S = 15 * 60  # the suite's wall-time limit on a fresh 2-core machine
 WORKERS = 2  # make test's -n logical on 2 cores
 
 # (area, share of the budget, the test files it holds: a regex on the path, first match wins).
-# The shares are the areas' parts of the measured suite (docs/performance.md, "The demo and the
-# test suite"), rounded: on the AMD EPYC (Zen 4) machine the suite uses about 62% of the budget,
+# The shares are the areas' parts of the measured suite (benchmarks/results/LOG.md, "The demo and
+# the test suite"), rounded: on the AMD EPYC (Zen 4) machine the suite uses about 62% of the budget,
 # each area about as much of its share.
 AREAS: tuple[tuple[str, float, str], ...] = (
     ("unit tier", 0.14, r"^tests/unit/"),

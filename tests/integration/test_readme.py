@@ -76,11 +76,44 @@ def test_readme_fits_a_newcomers_first_hour():
     assert len(README.read_text().splitlines()) <= 300
 
 
+LINKED_PAGES = [
+    README,
+    ROOT / "CONTRIBUTING.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "benchmarks/results/LOG.md",
+]
+
+
 def test_every_relative_link_in_readme_and_docs_resolves():
     broken = []
-    for page in [README, ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]:
+    for page in LINKED_PAGES:
         for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
             path = target.split("#", 1)[0]
             if path and "://" not in path and not (page.parent / path).exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken, broken
+
+
+def heading_anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces to
+    hyphens, a repeated heading numbered."""
+    anchors, seen = set(), {}
+    for heading in re.findall(r"^#{1,6}\s+(.+)$", re.sub(r"```.*?```", "", page.read_text(), flags=re.S), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchors.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+        seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def test_every_link_to_a_section_names_a_heading_of_that_page():
+    """A section that moved or was renamed (docs/performance.md's log went to benchmarks/results/)
+    must take its links with it."""
+    broken = []
+    for page in LINKED_PAGES:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            path, _, anchor = target.partition("#")
+            linked = page.parent / path if path else page
+            if anchor and "://" not in path and linked.suffix == ".md" and linked.is_file():
+                if anchor not in heading_anchors(linked):
+                    broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, broken

@@ -2,7 +2,7 @@
 
 Sampled on-policy, k3's own gradient averages to the forward KL(ref || policy)'s; on the tiny
 arithmetic task that weaker pull let the policy's entropy collapse and the reward stall well
-below TRL's (docs/performance.md, "Time to accuracy"). Exact expectations over a small vocabulary,
+below TRL's (benchmarks/results/LOG.md, "Time to accuracy"). Exact expectations over a small vocabulary,
 so no sampling noise: sum_x pi(x) grad[estimate(x)] against autograd on the closed-form KL.
 """
 

@@ -45,7 +45,7 @@ def test_freed_blocks_below_a_live_one_go_back_to_the_os():
 def test_a_step_trims_the_heap_between_its_passes(monkeypatch):
     """Freed blocks go back to the OS after the reference pass, between each micro-batch's forward
     and backward, and after the optimizer step: on a LoRA step the heap held ~270 MB free when the
-    backward began (docs/performance.md, Memory)."""
+    backward began (benchmarks/results/LOG.md, "The LoRA peak after the in-place export")."""
     events = []
     monkeypatch.setattr(module, "trim_heap", lambda: events.append("trim"))
     for name in ("_reference_log_probs", "_backward"):
