@@ -21,17 +21,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
+from grpo_lightning.config import AlgorithmConfig, LoraModelConfig, ModelConfig, VLLMConfig
+from grpo_lightning.models import load_policy
+from grpo_lightning.rollout import WeightSync
+from grpo_lightning.rollout.vllm import VLLMEngine
+from grpo_lightning.step.module import GRPOModule
+
 
 def child(rank: int, syncs: int) -> dict:
-    import torch
-
     torch.set_num_threads(1)
-    from grpo_lightning.config import AlgorithmConfig, LoraModelConfig, ModelConfig, VLLMConfig
-    from grpo_lightning.models import load_policy
-    from grpo_lightning.rollout import WeightSync
-    from grpo_lightning.rollout.vllm import VLLMEngine
-    from grpo_lightning.step.module import GRPOModule
-
     policy, tokenizer = load_policy(
         ModelConfig(name_or_path="smollm2_135m", lora=LoraModelConfig(rank=rank, alpha=2.0 * max(rank, 1)))
     )
@@ -76,7 +76,7 @@ def main() -> None:
         done = subprocess.run(
             [sys.executable, __file__, "--child", str(rank), "--syncs", str(args.syncs)], capture_output=True, text=True
         )
-        line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
+        line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
         if done.returncode or not line:
             sys.exit(f"{name} failed:\n{done.stderr[-4000:]}")
         results[name] = json.loads(line[-1][len("RESULT ") :])

@@ -33,17 +33,19 @@ import lightning as L
 import torch
 
 from grpo_lightning.build import build_run
-from grpo_lightning.config import ModelConfig, TrainConfig
+from grpo_lightning.config import ModelConfig, RolloutConfig, TrainConfig, VLLMConfig, VLLMServerConfig
 from grpo_lightning.models import load_policy
 from grpo_lightning.rollout import GenerationRequest, HFEngine, Sampling
 from grpo_lightning.rollout.seeding import group_seeds
+from grpo_lightning.rollout.vllm import VLLMEngine
+from grpo_lightning.rollout.vllm_server import VLLMServerEngine
 
 
 def rollout_requests(tokenizer, num_prompts: int, num_samples: int, step: int) -> list[GenerationRequest]:
-    prompts = [f"{a}+{b}=" for a, b in zip(range(num_prompts), reversed(range(num_prompts)))]
+    prompts = [f"{a}+{b}=" for a, b in zip(range(num_prompts), reversed(range(num_prompts)), strict=True)]
     seeds = group_seeds(0, 0, step, num_prompts, num_samples)
     ids = [tokenizer(p)["input_ids"] for p in prompts for _ in range(num_samples)]
-    return [GenerationRequest(i, s) for i, s in zip(ids, seeds)]
+    return [GenerationRequest(i, s) for i, s in zip(ids, seeds, strict=True)]
 
 
 def throughput(engines: dict, tokenizer, sampling: Sampling, repeats: int, num_prompts: int, num_samples: int) -> dict:
@@ -125,9 +127,6 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from grpo_lightning.config import RolloutConfig, VLLMConfig, VLLMServerConfig
-    from grpo_lightning.rollout.vllm import VLLMEngine
-
     policy, tokenizer = load_policy(ModelConfig(name_or_path=args.model))
     policy = policy.to(args.device).eval()
     max_len = 128 if args.model == "tiny" else 512
@@ -151,8 +150,6 @@ def main() -> None:
     results["vllm_start_seconds"] = time.perf_counter() - start
     engines["vllm"] = engine
     if args.server:
-        from grpo_lightning.rollout.vllm_server import VLLMServerEngine
-
         start = time.perf_counter()
         engines["server"] = VLLMServerEngine.from_policy(
             policy,
