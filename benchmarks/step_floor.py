@@ -81,10 +81,22 @@ def completion_logp(model, ids: torch.Tensor, prompt_width: int) -> torch.Tensor
     return logits.log_softmax(-1).gather(-1, ids[:, prompt_width:, None]).squeeze(-1)
 
 
-def timed(fn) -> float:
+def train_pass(policy, ids: torch.Tensor, prompt_width: int, weights: torch.Tensor) -> None:
+    """One forward with gradient over prompt + completion, and the backward."""
+    (completion_logp(policy, ids, prompt_width) * weights).mean().backward()
+
+
+def optimizer_step(policy, optimizer) -> None:
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def timed(fn, *args):
+    """``fn(*args)`` and the seconds it took."""
     start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+    out = fn(*args)
+    return out, time.perf_counter() - start
 
 
 def main() -> None:
@@ -118,34 +130,15 @@ def main() -> None:
     for step in range(args.repeats + 2):
         seeds = group_seeds(0, 0, step, s["prompts"], s["generations"])
         policy.eval()
-        ids: list[torch.Tensor] = []
-        times = {
-            "decode": timed(
-                lambda: ids.append(
-                    decode(
-                        policy,
-                        prompt_ids,
-                        prompt_mask,
-                        seeds,
-                        tokenizer.eos_token_id,
-                        tokenizer.pad_token_id,
-                        s["max_tokens"],
-                    )
-                )
-            )
-        }
+        eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+        ids, decode_s = timed(decode, policy, prompt_ids, prompt_mask, seeds, eos, pad, s["max_tokens"])
+        times = {"decode": decode_s}
         policy.train()
         with torch.no_grad():
-            times["reference"] = timed(lambda: completion_logp(reference, ids[0], width))
-        weights = torch.randn(ids[0].shape[0], 1)
-        times["train"] = timed(lambda: (completion_logp(policy, ids[0], width) * weights).mean().backward())
-
-        def optimizer_step():
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-        times["optimizer"] = timed(optimizer_step)
+            times["reference"] = timed(completion_logp, reference, ids, width)[1]
+        weights = torch.randn(ids.shape[0], 1)
+        times["train"] = timed(train_pass, policy, ids, width, weights)[1]
+        times["optimizer"] = timed(optimizer_step, policy, optimizer)[1]
         if step >= 2:  # warm-up steps left out
             for name, seconds in times.items():
                 parts[name].append(seconds)
