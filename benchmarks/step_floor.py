@@ -37,8 +37,8 @@ from trl_vs_ours import SETTINGS, prompt_records  # the same settings and prompt
 
 from grpo_lightning.config import ModelConfig, RolloutConfig
 from grpo_lightning.models import load_policy
+from grpo_lightning.records import RolloutBatch
 from grpo_lightning.rollout import Sampling
-from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.sampler import SeededSampler
 from grpo_lightning.rollout.seeding import group_seeds
 
