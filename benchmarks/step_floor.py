@@ -109,6 +109,7 @@ def main() -> None:
         help="trl_vs_ours.py output to compare with "
         "(default benchmarks/results/trl_vs_ours_<setting>.json; skipped when missing)",
     )
+    parser.add_argument("--out", help="where to write the floor (default benchmarks/results/step_floor_<setting>.json)")
     args = parser.parse_args()
     if args.setting == "smollm2" and not args.model_dir:
         parser.error("--setting smollm2 needs --model-dir (a local SmolLM2-135M-Instruct folder)")
@@ -166,7 +167,7 @@ def main() -> None:
             f"ours above the floor: {1000 * (ours - total):.1f} ms, TRL above it: {1000 * (trl - total):.1f} ms"
         )
         result.update({"ours_ms": 1000 * ours, "trl_ms": 1000 * trl, "floor_over_trl": total / trl})
-    out = Path(f"benchmarks/results/step_floor_{args.setting}.json")
+    out = Path(args.out or f"benchmarks/results/step_floor_{args.setting}.json")
     out.write_text(json.dumps(result, indent=2))
     print(f"wrote {out}")
 

@@ -452,6 +452,7 @@ def run_child(trainer: str, args, model_dir: str, table: str, precision: str, hf
             precision,
         ]
         + (["--trl-vllm"] if args.trl_vllm else [])
+        + (["--steps", str(args.steps)] if args.steps else [])
         + (["--hf-decoder", hf_decoder] if hf_decoder else [])
     )
     done = subprocess.run(command, capture_output=True, text=True, env=child_environment(trainer))
@@ -502,6 +503,7 @@ def main() -> None:
     parser.add_argument("--model-dir", help="local SmolLM2-135M-Instruct folder (settings smollm2, smollm2_rg)")
     parser.add_argument("--repeats", type=int, help="alternations of the two trainers (default: the setting's, else 3)")
     parser.add_argument("--warmup", type=int, default=2, help="first steps of each run left out")
+    parser.add_argument("--steps", type=int, help="steps per run (default: the setting's)")
     parser.add_argument("--tables", nargs="+", choices=TABLES, default=list(TABLES), help="which tables to measure")
     parser.add_argument("--trl-vllm", action="store_true", help="fastest table: try TRL's colocated vLLM mode")
     parser.add_argument(
@@ -526,6 +528,8 @@ def main() -> None:
     if args.setting != "tiny" and not args.model_dir:
         parser.error(f"--setting {args.setting} needs --model-dir (a local SmolLM2-135M-Instruct folder)")
     args.repeats = args.repeats or SETTINGS[args.setting].get("repeats", 3)
+    if args.steps:
+        SETTINGS[args.setting]["steps"] = args.steps  # both trainers, in every child (run_child passes it on)
     if args.child:
         child(args.child, args.setting, args.model_dir, args.tables[0], args.trl_vllm, args.precision, args.hf_decoder)
         return
