@@ -289,7 +289,6 @@ def test_mismatch_engines_hf_float32_matches_the_trainer(run_main):
     assert same["abs_logp_diff_mean"] < 1e-3 and same["tokens"] > 0  # float32 engine, float32 trainer
 
 
-@pytest.mark.slow
 def test_reward_sources_cost_prices_the_judge_client(run_main):
     result = json.loads(run_main("reward_sources_cost", "--sources", "judge"))
     seconds = result["seconds_per_completion"]
