@@ -52,6 +52,12 @@ class Curves(L.Callback):
         self.reward.append(round(float(module.last_step.rollout.rewards.mean()), 4))
 
 
+def train_config(overrides: list[str]):
+    """The run's TrainConfig from ``overrides`` (DEFAULTS first), composed as the CLI composes it."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return to_train_config(compose(config_name="train", overrides=overrides))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30, help="optimizer steps")
@@ -65,8 +71,7 @@ def main() -> None:
         f"eval.every_n_steps={args.eval_every}",
         *args.overrides,
     ]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = to_train_config(compose(config_name="train", overrides=overrides))
+    cfg = train_config(overrides)
     start = time.perf_counter()
     run = build_run(cfg)
     curves = Curves()

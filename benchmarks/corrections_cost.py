@@ -28,8 +28,7 @@ from grpo_lightning.algorithm.corrections.rejection import RejectionOptions
 from grpo_lightning.algorithm.objective import correct
 from grpo_lightning.config import AlgorithmConfig, ModelConfig
 from grpo_lightning.models import load_policy
-from grpo_lightning.records import TokenLogProbs
-from grpo_lightning.rollout import RolloutBatch
+from grpo_lightning.records import RolloutBatch, TokenLogProbs
 from grpo_lightning.step.module import GRPOModule
 
 REQUIRED = {

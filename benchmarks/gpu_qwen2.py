@@ -49,6 +49,16 @@ import time
 import traceback
 from pathlib import Path
 
+import lightning as L
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from grpo_lightning.algorithm import fused_head
+from grpo_lightning.build import build_run
+from grpo_lightning.config import TrainConfig
+from grpo_lightning.models.tiny import DEFAULT_ALPHABET, build_char_tokenizer
+from grpo_lightning.rewards import register_reward
+
 SHAPES = {
     # Qwen/Qwen2-0.5B's config.json (max_position_embeddings cut to what the run needs).
     "qwen2-0.5b": dict(
@@ -95,11 +105,6 @@ H100_BF16_DENSE_TFLOPS = 989.4  # H100 SXM's dense bf16 peak (NVIDIA's datasheet
 
 def build_model_folder(shape: str, folder: str) -> str:
     """Random-weight Qwen2 of ``shape`` and a character tokenizer covering its vocabulary, saved."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from grpo_lightning.models.tiny import DEFAULT_ALPHABET, build_char_tokenizer
-
     spec = SHAPES[shape]
     extra, code = [], 0x100
     while len(DEFAULT_ALPHABET) + len(extra) + 3 < spec["vocab_size"]:
@@ -125,8 +130,6 @@ def build_model_folder(shape: str, folder: str) -> str:
 
 
 def register_benchmark_reward() -> None:
-    from grpo_lightning.rewards import register_reward
-
     @register_reward("benchmark_hash")
     def benchmark_hash(prompts: list[str], completions: list[str], **_) -> list[float]:
         """A value in [0, 1) from the completion's text: varies within every group."""
@@ -134,8 +137,6 @@ def register_benchmark_reward() -> None:
 
 
 def our_config(args, name: str, model_dir: str):
-    from grpo_lightning.config import TrainConfig
-
     dtype, precision, rank, strategy, decoder, compiled = CONFIGS[name]
     cfg = TrainConfig()
     cfg.model.name_or_path, cfg.model.dtype = model_dir, dtype
@@ -185,8 +186,6 @@ def train_flops(model, rollout, lora: bool, beta: float) -> float:
 
 
 def measured_matmul_tflops(device: str) -> float | None:
-    import torch
-
     if device != "cuda":
         return None
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -204,10 +203,6 @@ def measured_matmul_tflops(device: str) -> float | None:
 def tf32_head_check(device: str) -> dict | None:
     """The fused head's bf16 weight gradient with TF32 and with IEEE float32 accumulation, each
     against a float64 reference: both errors should be bf16's rounding (~2^-9 relative)."""
-    import torch
-
-    from grpo_lightning.algorithm import fused_head
-
     if device != "cuda":
         return None
     torch.manual_seed(0)
@@ -273,11 +268,6 @@ def kernel_kinds(events) -> dict[str, float]:
 
 
 def run_config(args, name: str, model_dir: str) -> dict:
-    import lightning as L
-    import torch
-
-    from grpo_lightning.build import build_run
-
     register_benchmark_reward()
     cuda = args.device == "cuda"
 
@@ -522,8 +512,6 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    import torch
-
     model_dir = args.model_dir or build_model_folder(args.shape, tempfile.mkdtemp(prefix=f"{args.shape}-"))
     matmul = measured_matmul_tflops(args.device)
     tf32 = tf32_head_check(args.device)
@@ -564,7 +552,7 @@ def main() -> None:
         ] + (["--profile"] if args.profile else [])
         print(f"== {name}", file=sys.stderr, flush=True)
         done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
-        line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
+        line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
         if done.returncode or not line:
             results["configs"][name] = {"error": done.stdout[-3000:] or f"exit {done.returncode}"}
             print(f"{name} failed (exit {done.returncode})", file=sys.stderr)

@@ -90,7 +90,7 @@ def main() -> None:
         without.append(timed_run(args.steps, False, args.seed))
     direct = [r["monitor_s"] / r["total_step_s"] for r in with_monitor]
     direct_cpu = [r["monitor_cpu_s"] / r["total_step_cpu_s"] for r in with_monitor]
-    ratios = [w["median_step_s"] / wo["median_step_s"] for w, wo in zip(with_monitor, without)]
+    ratios = [w["median_step_s"] / wo["median_step_s"] for w, wo in zip(with_monitor, without, strict=True)]
     result = {
         "steps": args.steps,
         "repeats": args.repeats,

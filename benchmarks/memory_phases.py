@@ -22,7 +22,13 @@ from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
 
+import torch
+
+from grpo_lightning.models.allocator import prefer_huge_pages
+
 sys.path.insert(0, str(Path(__file__).parent))
+from memory import RUNS, run_ours
+
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
@@ -122,19 +128,13 @@ def main() -> None:
     if args.trim:
         global TRIM
         TRIM = ctypes.CDLL("libc.so.6").malloc_trim
-    import torch
-
     torch.set_num_threads(1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from grpo_lightning.models.allocator import prefer_huge_pages
+    prefer_huge_pages()  # before lightning's import allocates, as memory.py's runs of ours
+    import lightning  # noqa: F401, PLC0415  (after the huge-pages choice: importing lightning allocates)
 
-    prefer_huge_pages()
-    import lightning  # noqa: F401
-    import transformers  # noqa: F401
-    from memory import RUNS, run_ours
-
-    import grpo_lightning.build
-    from grpo_lightning.step.module import GRPOModule
+    import grpo_lightning.build  # noqa: PLC0415  (imports lightning: after the huge-pages choice)
+    from grpo_lightning.step.module import GRPOModule  # noqa: PLC0415  (imports lightning: after the huge-pages choice)
 
     trainer, dtype, lora, beta = RUNS[args.run]
     assert trainer == "ours", "phases are marked in our module only"

@@ -1,7 +1,7 @@
 """What measuring the engine-trainer mismatch costs per training step (mismatch/* and the F8 check).
 
 The metrics reuse the first pass's log-probs (no extra forward), so their cost is the tensor math
-of ``step_passes.measure_mismatch`` and ``algorithm.mismatch.mismatch_metrics`` plus the F8 check's
+of ``step.passes.measure_mismatch`` and ``algorithm.mismatch.mismatch_metrics`` plus the F8 check's
 ``measure``/``evaluate``. Each is timed where it runs (wall clock, a synchronize first on a GPU),
 summed per step and divided by the step time of the same run (first callback's
 ``on_train_batch_start`` to the last one's ``on_train_batch_end``). The HF engine reports its

@@ -6,11 +6,12 @@
 - judge: the client's own cost against a loopback server that answers at once (the judge
   model's time is the server's: examples/judge_smollm2.py measures SmolLM2 served by vLLM).
 
-    python benchmarks/reward_sources_cost.py
+    python benchmarks/reward_sources_cost.py [--sources reward_model code_tests judge]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -69,20 +70,26 @@ def judge_cost() -> tuple[float, float]:
     return uncached, cached
 
 
+SOURCES = ("reward_model", "code_tests", "judge")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--sources", nargs="+", choices=SOURCES, default=list(SOURCES), help="the reward sources to measure"
+    )
+    args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    judge_uncached, judge_cached = judge_cost()
-    result = {
-        "threads": torch.get_num_threads(),
-        "completions_per_call": N,
-        "seconds_per_completion": {
-            "reward_model_smollm2_float32": round(reward_model_cost("float32"), 4),
-            "reward_model_smollm2_bfloat16": round(reward_model_cost("bfloat16"), 4),
-            "code_tests_3_asserts": round(code_tests_cost(), 4),
-            "judge_client_uncached_loopback": round(judge_uncached, 5),
-            "judge_client_cached": round(judge_cached, 6),
-        },
-    }
+    seconds: dict[str, float] = {}
+    if "judge" in args.sources:  # first: the loopback server before any model loads
+        uncached, cached = judge_cost()
+        seconds["judge_client_uncached_loopback"], seconds["judge_client_cached"] = round(uncached, 5), round(cached, 6)
+    if "reward_model" in args.sources:
+        seconds["reward_model_smollm2_float32"] = round(reward_model_cost("float32"), 4)
+        seconds["reward_model_smollm2_bfloat16"] = round(reward_model_cost("bfloat16"), 4)
+    if "code_tests" in args.sources:
+        seconds["code_tests_3_asserts"] = round(code_tests_cost(), 4)
+    result = {"threads": torch.get_num_threads(), "completions_per_call": N, "seconds_per_completion": seconds}
     print(json.dumps(result, indent=1))
 
 

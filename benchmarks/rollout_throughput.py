@@ -19,7 +19,7 @@ Baselines, all on the same machine and the same policy (tiny in-code Llama, floa
    start and the first steps are not counted; ``--rounds`` runs of each mode, alternated.
 
 Usage: ``python benchmarks/rollout_throughput.py [--steps 60] [--threads 1] [--server]
-[--model smollm2_135m]``; prints a table and writes JSON to ``--out`` when given.
+[--model smollm2_135m] [--no-vllm]``; prints a table and writes JSON to ``--out`` when given.
 """
 
 from __future__ import annotations
@@ -33,17 +33,19 @@ import lightning as L
 import torch
 
 from grpo_lightning.build import build_run
-from grpo_lightning.config import ModelConfig, TrainConfig
+from grpo_lightning.config import ModelConfig, RolloutConfig, TrainConfig, VLLMConfig, VLLMServerConfig
 from grpo_lightning.models import load_policy
 from grpo_lightning.rollout import GenerationRequest, HFEngine, Sampling
 from grpo_lightning.rollout.seeding import group_seeds
+from grpo_lightning.rollout.vllm import VLLMEngine
+from grpo_lightning.rollout.vllm_server import VLLMServerEngine
 
 
 def rollout_requests(tokenizer, num_prompts: int, num_samples: int, step: int) -> list[GenerationRequest]:
-    prompts = [f"{a}+{b}=" for a, b in zip(range(num_prompts), reversed(range(num_prompts)))]
+    prompts = [f"{a}+{b}=" for a, b in zip(range(num_prompts), reversed(range(num_prompts)), strict=True)]
     seeds = group_seeds(0, 0, step, num_prompts, num_samples)
     ids = [tokenizer(p)["input_ids"] for p in prompts for _ in range(num_samples)]
-    return [GenerationRequest(i, s) for i, s in zip(ids, seeds)]
+    return [GenerationRequest(i, s) for i, s in zip(ids, seeds, strict=True)]
 
 
 def throughput(engines: dict, tokenizer, sampling: Sampling, repeats: int, num_prompts: int, num_samples: int) -> dict:
@@ -121,12 +123,14 @@ def main() -> None:
         "--decoders", nargs="+", default=["fused", "loop", "generate"], help="HF engine decoders to measure"
     )
     parser.add_argument("--no-train", action="store_true", help="skip the sync vs async step-time runs")
+    parser.add_argument(
+        "--no-vllm",
+        action="store_true",
+        help="the HF decoders only: no in-process vLLM engine, so no vLLM sync and no training runs (they use it)",
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-
-    from grpo_lightning.config import RolloutConfig, VLLMConfig, VLLMServerConfig
-    from grpo_lightning.rollout.vllm import VLLMEngine
 
     policy, tokenizer = load_policy(ModelConfig(name_or_path=args.model))
     policy = policy.to(args.device).eval()
@@ -144,15 +148,14 @@ def main() -> None:
         )
         for decoder in args.decoders
     }
-    start = time.perf_counter()
-    engine = VLLMEngine.from_policy(
-        policy, tokenizer, VLLMConfig(max_model_len=max_len, in_process=not args.out_of_process), seed=0
-    )
-    results["vllm_start_seconds"] = time.perf_counter() - start
-    engines["vllm"] = engine
+    if not args.no_vllm:
+        start = time.perf_counter()
+        engine = VLLMEngine.from_policy(
+            policy, tokenizer, VLLMConfig(max_model_len=max_len, in_process=not args.out_of_process), seed=0
+        )
+        results["vllm_start_seconds"] = time.perf_counter() - start
+        engines["vllm"] = engine
     if args.server:
-        from grpo_lightning.rollout.vllm_server import VLLMServerEngine
-
         start = time.perf_counter()
         engines["server"] = VLLMServerEngine.from_policy(
             policy,
@@ -164,13 +167,14 @@ def main() -> None:
     measured = throughput(engines, tokenizer, sampling, args.repeats, args.prompts, args.samples)
     for name, r in measured.items():
         results[f"{name}_tokens_per_s"], results[f"{name}_batch_seconds"] = r["tokens_per_s"], r["batch_seconds"]
-    syncs = [engine.load_weights(policy.state_dict().items()) for _ in range(5)]
-    results["vllm_sync_seconds"] = statistics.median(syncs)
+    if not args.no_vllm:
+        syncs = [engine.load_weights(policy.state_dict().items()) for _ in range(5)]
+        results["vllm_sync_seconds"] = statistics.median(syncs)
     if args.server:
         syncs = [engines["server"].load_weights(policy.state_dict().items(), version=v) for v in range(5)]
         results["server_sync_seconds"] = statistics.median(syncs)
 
-    if not args.no_train:
+    if not (args.no_train or args.no_vllm):
         # Alternate the modes (sync, async, sync, async, ...) so load changes hit both alike.
         per_step = {"sync": [], "async": []}
         for _ in range(args.rounds):
@@ -186,7 +190,7 @@ def main() -> None:
     print(
         f"\nrollout: {args.prompts} prompts x {args.samples} samples x {args.tokens} tokens, "
         f"torch threads {args.threads}, device {args.device}, "
-        f"model {args.model}, vLLM {'out of process' if args.out_of_process else 'in process'}"
+        f"model {args.model}, vLLM {'not run' if args.no_vllm else 'out of process' if args.out_of_process else 'in process'}"
         f"{' and a launched server' if args.server else ''}"
     )
     for key, value in results.items():

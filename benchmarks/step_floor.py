@@ -37,8 +37,8 @@ from trl_vs_ours import SETTINGS, prompt_records  # the same settings and prompt
 
 from grpo_lightning.config import ModelConfig, RolloutConfig
 from grpo_lightning.models import load_policy
+from grpo_lightning.records import RolloutBatch
 from grpo_lightning.rollout import Sampling
-from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.sampler import SeededSampler
 from grpo_lightning.rollout.seeding import group_seeds
 
@@ -81,10 +81,22 @@ def completion_logp(model, ids: torch.Tensor, prompt_width: int) -> torch.Tensor
     return logits.log_softmax(-1).gather(-1, ids[:, prompt_width:, None]).squeeze(-1)
 
 
-def timed(fn) -> float:
+def train_pass(policy, ids: torch.Tensor, prompt_width: int, weights: torch.Tensor) -> None:
+    """One forward with gradient over prompt + completion, and the backward."""
+    (completion_logp(policy, ids, prompt_width) * weights).mean().backward()
+
+
+def optimizer_step(policy, optimizer) -> None:
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def timed(fn, *args):
+    """``fn(*args)`` and the seconds it took."""
     start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+    out = fn(*args)
+    return out, time.perf_counter() - start
 
 
 def main() -> None:
@@ -97,6 +109,7 @@ def main() -> None:
         help="trl_vs_ours.py output to compare with "
         "(default benchmarks/results/trl_vs_ours_<setting>.json; skipped when missing)",
     )
+    parser.add_argument("--out", help="where to write the floor (default benchmarks/results/step_floor_<setting>.json)")
     args = parser.parse_args()
     if args.setting == "smollm2" and not args.model_dir:
         parser.error("--setting smollm2 needs --model-dir (a local SmolLM2-135M-Instruct folder)")
@@ -118,34 +131,15 @@ def main() -> None:
     for step in range(args.repeats + 2):
         seeds = group_seeds(0, 0, step, s["prompts"], s["generations"])
         policy.eval()
-        ids: list[torch.Tensor] = []
-        times = {
-            "decode": timed(
-                lambda: ids.append(
-                    decode(
-                        policy,
-                        prompt_ids,
-                        prompt_mask,
-                        seeds,
-                        tokenizer.eos_token_id,
-                        tokenizer.pad_token_id,
-                        s["max_tokens"],
-                    )
-                )
-            )
-        }
+        eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+        ids, decode_s = timed(decode, policy, prompt_ids, prompt_mask, seeds, eos, pad, s["max_tokens"])
+        times = {"decode": decode_s}
         policy.train()
         with torch.no_grad():
-            times["reference"] = timed(lambda: completion_logp(reference, ids[0], width))
-        weights = torch.randn(ids[0].shape[0], 1)
-        times["train"] = timed(lambda: (completion_logp(policy, ids[0], width) * weights).mean().backward())
-
-        def optimizer_step():
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-        times["optimizer"] = timed(optimizer_step)
+            times["reference"] = timed(completion_logp, reference, ids, width)[1]
+        weights = torch.randn(ids.shape[0], 1)
+        times["train"] = timed(train_pass, policy, ids, width, weights)[1]
+        times["optimizer"] = timed(optimizer_step, policy, optimizer)[1]
         if step >= 2:  # warm-up steps left out
             for name, seconds in times.items():
                 parts[name].append(seconds)
@@ -173,7 +167,7 @@ def main() -> None:
             f"ours above the floor: {1000 * (ours - total):.1f} ms, TRL above it: {1000 * (trl - total):.1f} ms"
         )
         result.update({"ours_ms": 1000 * ours, "trl_ms": 1000 * trl, "floor_over_trl": total / trl})
-    out = Path(f"benchmarks/results/step_floor_{args.setting}.json")
+    out = Path(args.out or f"benchmarks/results/step_floor_{args.setting}.json")
     out.write_text(json.dumps(result, indent=2))
     print(f"wrote {out}")
 

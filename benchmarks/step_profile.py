@@ -40,7 +40,11 @@ import sys
 import time
 from pathlib import Path
 
+import torch
 from trl_vs_ours import SETTINGS, child_environment, load_model, our_config, prompt_records, save_tiny_model, trl_config
+
+from grpo_lightning.models.allocator import prefer_huge_pages
+from grpo_lightning.tasks.arithmetic import arithmetic_close
 
 PARTS = (
     "generation",
@@ -118,11 +122,12 @@ TABLES = {
 
 
 def profile_ours(setting: str, model_dir: str, table: str = "identical") -> list[dict]:
-    import lightning as L
+    # Each imports lightning, which allocates: after child() applies huge pages.
+    import lightning as L  # noqa: PLC0415  (after the huge-pages choice)
 
-    import grpo_lightning.step.hooks as hooks_file
-    import grpo_lightning.step.module as module_file
-    from grpo_lightning.build import build_run
+    import grpo_lightning.step.hooks as hooks_file  # noqa: PLC0415  (after the huge-pages choice)
+    import grpo_lightning.step.module as module_file  # noqa: PLC0415  (after the huge-pages choice)
+    from grpo_lightning.build import build_run  # noqa: PLC0415  (after the huge-pages choice)
 
     t = TABLES[table]
     cfg = our_config(setting, model_dir, t["checkpointing"], engine="hf", hf_decoder=t["hf_decoder"])
@@ -165,11 +170,9 @@ def profile_ours(setting: str, model_dir: str, table: str = "identical") -> list
 
 
 def profile_trl(setting: str, model_dir: str, table: str = "identical") -> list[dict]:
-    from datasets import Dataset
-    from transformers import TrainerCallback
-    from trl import GRPOTrainer
-
-    from grpo_lightning.tasks.arithmetic import arithmetic_close
+    from datasets import Dataset  # noqa: PLC0415  (optional: TRL's venv)
+    from transformers import TrainerCallback  # noqa: PLC0415  (TRL's side; allocates: not before ours' huge pages)
+    from trl import GRPOTrainer  # noqa: PLC0415  (optional: TRL's venv)
 
     s = SETTINGS[setting]
     model, tokenizer = load_model(model_dir)
@@ -222,11 +225,7 @@ def child(trainer: str, setting: str, model_dir: str, clock: str, table: str) ->
     global CLOCK
     CLOCK = CLOCKS[clock]
     if trainer == "ours":  # as trl_vs_ours.py: before torch's first allocation, as the CLI does
-        from grpo_lightning.models.allocator import prefer_huge_pages
-
         prefer_huge_pages()
-    import torch
-
     torch.set_num_threads(1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     steps = profile_ours(setting, model_dir, table) if trainer == "ours" else profile_trl(setting, model_dir, table)
@@ -237,7 +236,7 @@ def run_child(trainer: str, args, model_dir: str) -> list[dict]:
     command = [sys.executable, __file__, "--child", trainer, "--setting", args.setting, "--model-dir", model_dir]
     command += ["--steps", str(args.steps), "--clock", args.clock, "--table", args.table]
     done = subprocess.run(command, capture_output=True, text=True, env=child_environment(trainer))
-    line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
+    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
     if done.returncode or not line:
         sys.exit(f"{trainer} failed:\n{done.stderr[-3000:]}")
     return json.loads(line[-1][len("RESULT ") :])

@@ -39,6 +39,19 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
+from grpo_lightning.config.compose import compose
+from grpo_lightning.data.prompting import PromptFormatter
+from grpo_lightning.models.allocator import prefer_huge_pages
+from grpo_lightning.models.smollm2 import ensure_smollm2
+from grpo_lightning.rewards.registry import get_reward
+from grpo_lightning.tasks.arithmetic import arithmetic_records
+from grpo_lightning.tasks.reasoning_gym import reasoning_gym_correct, reasoning_gym_records
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # trl_vs_ours, whose helpers both trainers share
+from trl_vs_ours import child_environment, load_model, save_tiny_model
+
 SETTINGS = {
     "tiny": dict(
         overrides=[],
@@ -75,8 +88,6 @@ def first_crossing(values: list[float], threshold: float, window: int) -> int | 
 
 def our_train_config(setting: str, model_dir: str, seed: int, output_dir: str):
     """Our recipe for a setting, composed as the CLI composes it; no logger, no checkpoints."""
-    from grpo_lightning.config.compose import compose
-
     s = SETTINGS[setting]
     overrides = s["overrides"] + [
         "logger=none",
@@ -90,7 +101,7 @@ def our_train_config(setting: str, model_dir: str, seed: int, output_dir: str):
 
 def trl_grpo_config(cfg, seed: int, output_dir: str):
     """TRL's GRPOConfig mirroring our TrainConfig ``cfg``, one field per setting of ours."""
-    from trl import GRPOConfig
+    from trl import GRPOConfig  # noqa: PLC0415  (optional: TRL's venv)
 
     r, a, t = cfg.rollout, cfg.algorithm, cfg.trainer
     return GRPOConfig(
@@ -180,10 +191,6 @@ class Clock:
 
 def held_out_accuracy(model, tokenizer, records: list[dict], batch: int = 30) -> float:
     """Greedy answers to ``records`` (prompt text as the model sees it), scored 1 / 0 by the reasoning_gym reward."""
-    import torch
-
-    from grpo_lightning.tasks.reasoning_gym import reasoning_gym_correct
-
     was_training, side = model.training, tokenizer.padding_side
     model.eval()
     tokenizer.padding_side = "left"
@@ -212,16 +219,10 @@ SETTINGS["smollm2_rg"]["eval_tokens"] = 16  # the recipe's rollout.max_new_token
 
 def task_records(cfg, tokenizer) -> tuple[list[dict], list[dict]]:
     """Train and held-out records of ``cfg``'s task, prompts as the exact text our formatter gives the model."""
-    from grpo_lightning.data.prompting import PromptFormatter
-
     t = cfg.task
     if t.name == "arithmetic":
-        from grpo_lightning.tasks.arithmetic import arithmetic_records
-
         train, val = arithmetic_records(t.max_operand, t.operators, t.val_fraction, t.seed)
     else:
-        from grpo_lightning.tasks.reasoning_gym import reasoning_gym_records
-
         train, val = reasoning_gym_records(t.dataset, t.size, t.seed, t.val_fraction, t.dataset_options)
     formatter = PromptFormatter(tokenizer, t.system_prompt, t.instruction, t.chat_template)
     fmt = [[{**r, "prompt": formatter.text(r["prompt"])} for r in part] for part in (train, val)]
@@ -229,9 +230,9 @@ def task_records(cfg, tokenizer) -> tuple[list[dict], list[dict]]:
 
 
 def run_ours(setting: str, model_dir: str, seed: int, budget_s: float, threshold: float | None) -> dict:
-    import lightning as L
+    import lightning as L  # noqa: PLC0415  (after child() applies huge pages: importing lightning allocates)
 
-    from grpo_lightning.build import build_run
+    from grpo_lightning.build import build_run  # noqa: PLC0415  (imports lightning: after the huge-pages choice)
 
     clock = Clock(setting, budget_s, threshold)
     cfg = our_train_config(setting, model_dir, seed, tempfile.mkdtemp())
@@ -251,12 +252,9 @@ def run_ours(setting: str, model_dir: str, seed: int, budget_s: float, threshold
 
 
 def run_trl(setting: str, model_dir: str, seed: int, budget_s: float, threshold: float | None) -> dict:
-    from datasets import Dataset
-    from transformers import TrainerCallback
-    from trl import GRPOTrainer
-    from trl_vs_ours import load_model
-
-    from grpo_lightning.rewards.registry import get_reward
+    from datasets import Dataset  # noqa: PLC0415  (optional: TRL's venv)
+    from transformers import TrainerCallback  # noqa: PLC0415  (TRL's side; allocates: not before ours' huge pages)
+    from trl import GRPOTrainer  # noqa: PLC0415  (optional: TRL's venv)
 
     clock = Clock(setting, budget_s, threshold)
     cfg = our_train_config(setting, model_dir, seed, tempfile.mkdtemp())
@@ -301,11 +299,7 @@ def json_entries(fn):
 
 def child(trainer: str, setting: str, model_dir: str, seed: int, budget_s: float, threshold: float | None) -> None:
     if trainer == "ours":  # as the CLI applies trainer.huge_pages: before torch's first allocation
-        from grpo_lightning.models.allocator import prefer_huge_pages
-
         prefer_huge_pages()
-    import torch
-
     torch.set_num_threads(1)  # trainer.num_threads 1, for both
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     runner = run_ours if trainer == "ours" else run_trl
@@ -314,8 +308,6 @@ def child(trainer: str, setting: str, model_dir: str, seed: int, budget_s: float
 
 def start_child(trainer: str, args, model_dir: str, seed: int, threshold: float | None) -> subprocess.Popen:
     """One fresh-process run, started."""
-    from trl_vs_ours import child_environment
-
     command = [sys.executable, __file__, "--child", trainer, "--setting", args.setting, "--model-dir", model_dir]
     command += ["--seed", str(seed), "--budget-s", str(args.budget_s), "--budget-steps", str(args.budget_steps)]
     command += ["--window", str(args.window)] if args.window else []
@@ -429,9 +421,6 @@ def print_report(setting: str, per_seed: dict, summary: dict, threshold_text: st
 
 def baseline_accuracy(setting: str, model_dir: str) -> float:
     """The untrained model's held-out accuracy, with the evaluation both trainers' runs use."""
-    import torch
-    from trl_vs_ours import load_model
-
     torch.set_num_threads(1)
     cfg = our_train_config(setting, model_dir, 0, tempfile.mkdtemp())
     model, tokenizer = load_model(model_dir)
@@ -439,7 +428,7 @@ def baseline_accuracy(setting: str, model_dir: str) -> float:
 
 
 def write_results(args, per_seed, seeds, threshold_text, threshold, budget) -> tuple[dict, Path]:
-    import trl
+    import trl  # noqa: PLC0415  (optional: TRL's venv)
 
     summary = compare(per_seed)
     results = {
@@ -488,13 +477,9 @@ def main() -> None:
         child(args.child, args.setting, args.model_dir, args.seed, args.budget_s, args.threshold)
         return
     if args.setting == "tiny":
-        from trl_vs_ours import save_tiny_model
-
         model_dir, threshold = save_tiny_model(), None
         threshold_text = f"training reward, mean of the last {s['window']} steps >= {s['threshold']}"
     else:
-        from grpo_lightning.models.smollm2 import ensure_smollm2
-
         model_dir = args.model_dir or str(ensure_smollm2())
         base = args.baseline if args.baseline is not None else baseline_accuracy(args.setting, model_dir)
         threshold = base + s["rise"]
@@ -532,5 +517,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # trl_vs_ours, whose helpers both trainers share
     main()

@@ -59,6 +59,17 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
+from grpo_lightning.algorithm.packing import pack_micro_batch
+from grpo_lightning.config import ModelConfig, TrainConfig
+from grpo_lightning.data.prompting import PromptFormatter
+from grpo_lightning.models import load_policy
+from grpo_lightning.models.allocator import prefer_huge_pages, torch_uses_huge_pages
+from grpo_lightning.step.micro_batches import micro_batches
+from grpo_lightning.tasks.arithmetic import arithmetic_close
+from grpo_lightning.tasks.reasoning_gym import reasoning_gym_records
+
 SETTINGS = {
     "tiny": dict(
         prompts=8,
@@ -105,9 +116,6 @@ def prompt_records(count: int, source: str = "arithmetic", tokenizer=None) -> li
     """The prompts both trainers see, as text."""
     if source == "arithmetic":
         return [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(10)][:count]
-    from grpo_lightning.data.prompting import PromptFormatter
-    from grpo_lightning.tasks.reasoning_gym import reasoning_gym_records
-
     train, _ = reasoning_gym_records("chain_sum", size=count, val_fraction=0.0)
     formatter = PromptFormatter(
         tokenizer, system_prompt="Reply with only the final answer inside <answer></answer> tags."
@@ -118,9 +126,6 @@ def prompt_records(count: int, source: str = "arithmetic", tokenizer=None) -> li
 def save_tiny_model() -> str:
     """The in-code tiny model saved as a folder: both trainers load the very same files
     (TRL also re-loads its reference model from the policy's path)."""
-    from grpo_lightning.config import ModelConfig
-    from grpo_lightning.models import load_policy
-
     folder = tempfile.mkdtemp(prefix="tiny-policy-")
     model, tokenizer = load_policy(ModelConfig(name_or_path="tiny"))
     model.save_pretrained(folder)
@@ -129,9 +134,6 @@ def save_tiny_model() -> str:
 
 
 def load_model(model_dir: str):
-    from grpo_lightning.config import ModelConfig
-    from grpo_lightning.models import load_policy
-
     return load_policy(ModelConfig(name_or_path=model_dir))
 
 
@@ -153,7 +155,7 @@ class GenerateTimer:
 
 def trl_config(s: dict, checkpointing: bool, **overrides):
     """TRL's GRPOConfig for a setting ``s`` (prompts, generations, max_tokens, steps): our values."""
-    from trl import GRPOConfig
+    from trl import GRPOConfig  # noqa: PLC0415  (optional: TRL's venv)
 
     kwargs = dict(
         output_dir=tempfile.mkdtemp(),
@@ -188,11 +190,9 @@ def trl_config(s: dict, checkpointing: bool, **overrides):
 
 
 def run_trl(setting: str, model_dir: str | None, table: str, trl_vllm: bool = False, precision: str = "fp32") -> dict:
-    from datasets import Dataset
-    from transformers import TrainerCallback
-    from trl import GRPOTrainer
-
-    from grpo_lightning.tasks.arithmetic import arithmetic_close
+    from datasets import Dataset  # noqa: PLC0415  (optional: TRL's venv)
+    from transformers import TrainerCallback  # noqa: PLC0415  (TRL's side; allocates: not before ours' huge pages)
+    from trl import GRPOTrainer  # noqa: PLC0415  (optional: TRL's venv)
 
     s = SETTINGS[setting]
     model, tokenizer = load_model(model_dir)
@@ -247,8 +247,6 @@ def our_config(
     precision: str = "fp32",
 ):
     """Our TrainConfig for a setting: the same values TRL's GRPOConfig gets in run_trl."""
-    from grpo_lightning.config import TrainConfig
-
     s = SETTINGS[setting]
     cfg = TrainConfig()
     cfg.model.name_or_path = model
@@ -269,9 +267,6 @@ def our_config(
 
 def padding_shares(module, rollout) -> tuple[float, float]:
     """Share of the positions the decoder computes that hold no token: padded vs packed micro-batches."""
-    from grpo_lightning.algorithm.packing import pack_micro_batch
-    from grpo_lightning.step.micro_batches import micro_batches
-
     real = padded = packed = 0
     for mb in micro_batches(rollout, module.cfg.micro_batch(rollout.num_sequences)):
         real += int(mb.attention_mask.sum())
@@ -298,9 +293,9 @@ def training_flops(model, rollout, checkpointing: bool, beta: float) -> float:
 def run_ours(
     setting: str, model_dir: str | None, table: str, precision: str = "fp32", hf_decoder: str | None = None
 ) -> dict:
-    import lightning as L
+    import lightning as L  # noqa: PLC0415  (after child() applies huge pages: importing lightning allocates)
 
-    from grpo_lightning.build import build_run
+    from grpo_lightning.build import build_run  # noqa: PLC0415  (imports lightning: after the huge-pages choice)
 
     fastest = table == "fastest"
     s = SETTINGS[setting]
@@ -361,19 +356,13 @@ def child(
     trainer: str, setting: str, model_dir: str | None, table: str, trl_vllm: bool, precision: str, hf_decoder=None
 ) -> None:
     if trainer == "ours":  # first, as the CLI applies trainer.huge_pages: before torch's first allocation
-        from grpo_lightning.models.allocator import prefer_huge_pages
-
         prefer_huge_pages()
-    import torch
-
     torch.set_num_threads(1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if trainer == "trl":
         result = run_trl(setting, model_dir, table, trl_vllm, precision)
     else:
         result = run_ours(setting, model_dir, table, precision, hf_decoder)
-    from grpo_lightning.models.allocator import torch_uses_huge_pages
-
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result["huge_pages"] = torch_uses_huge_pages()
     print("RESULT " + json.dumps(result))
@@ -382,8 +371,6 @@ def child(
 def matmul_gflops(seconds: float = 1.5, dtype: str = "fp32") -> float:
     """Matmul rate of one thread on decoder-shaped operands ([2048 x 576] @ [576 x 1536]), in
     float32 or bfloat16 (``dtype``)."""
-    import torch
-
     torch.set_num_threads(1)
     kind = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     a, b = torch.randn(2048, 576, dtype=kind), torch.randn(576, 1536, dtype=kind)
@@ -465,10 +452,11 @@ def run_child(trainer: str, args, model_dir: str, table: str, precision: str, hf
             precision,
         ]
         + (["--trl-vllm"] if args.trl_vllm else [])
+        + (["--steps", str(args.steps)] if args.steps else [])
         + (["--hf-decoder", hf_decoder] if hf_decoder else [])
     )
     done = subprocess.run(command, capture_output=True, text=True, env=child_environment(trainer))
-    line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
+    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
     if done.returncode or not line:
         return done.stderr[-3000:]
     return json.loads(line[-1][len("RESULT ") :])
@@ -515,6 +503,7 @@ def main() -> None:
     parser.add_argument("--model-dir", help="local SmolLM2-135M-Instruct folder (settings smollm2, smollm2_rg)")
     parser.add_argument("--repeats", type=int, help="alternations of the two trainers (default: the setting's, else 3)")
     parser.add_argument("--warmup", type=int, default=2, help="first steps of each run left out")
+    parser.add_argument("--steps", type=int, help="steps per run (default: the setting's)")
     parser.add_argument("--tables", nargs="+", choices=TABLES, default=list(TABLES), help="which tables to measure")
     parser.add_argument("--trl-vllm", action="store_true", help="fastest table: try TRL's colocated vLLM mode")
     parser.add_argument(
@@ -539,6 +528,8 @@ def main() -> None:
     if args.setting != "tiny" and not args.model_dir:
         parser.error(f"--setting {args.setting} needs --model-dir (a local SmolLM2-135M-Instruct folder)")
     args.repeats = args.repeats or SETTINGS[args.setting].get("repeats", 3)
+    if args.steps:
+        SETTINGS[args.setting]["steps"] = args.steps  # both trainers, in every child (run_child passes it on)
     if args.child:
         child(args.child, args.setting, args.model_dir, args.tables[0], args.trl_vllm, args.precision, args.hf_decoder)
         return
@@ -565,7 +556,7 @@ def main() -> None:
                 print(f"[{table} {repeat + 1}/{args.repeats}] {name} ...", file=sys.stderr, flush=True)
                 out = run_child(trainer, args, model_dir, table, precision, hf_decoder)
                 if isinstance(out, str) and trainer == "trl" and table == "fastest" and args.trl_vllm:
-                    errors = [l for l in out.splitlines() if "Error" in l or "Exception" in l]
+                    errors = [x for x in out.splitlines() if "Error" in x or "Exception" in x]
                     failures["trl_vllm"] = (errors or out.strip().splitlines())[-1].strip()
                     print(
                         f"TRL's colocated vLLM mode failed ({failures['trl_vllm']}); TRL runs with HF generate",
@@ -586,7 +577,7 @@ def main() -> None:
         f"setting {args.setting}: {s['prompts']} prompts x {s['generations']} generations x {s['max_tokens']} tokens, "
         f"{s['steps']} steps x {args.repeats} runs each (first {args.warmup} dropped), 1 thread"
     )
-    import trl
+    import trl  # noqa: PLC0415  (optional: TRL's venv)
 
     results["trl_version"] = trl.__version__
     args.json = args.json or f"benchmarks/results/trl_vs_ours_{args.setting}.json"

@@ -63,6 +63,15 @@ class SyncTimes(L.Callback):
         self._close_step()
 
 
+def sync_config(model: str, steps: int, server: bool):
+    """The TRL comparison's SmolLM2 setting with ``model``, rolled out by vLLM (in process, or a launched
+    server) with every sync verified."""
+    cfg = our_config("smollm2", model, checkpointing=True, steps=steps)
+    cfg.rollout.engine, cfg.rollout.vllm.verify_sync = "vllm", True
+    cfg.rollout.vllm.server.launch = server
+    return cfg
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2_135m", help="model.name_or_path (smollm2_135m, tiny or a folder)")
@@ -75,9 +84,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
 
-    cfg = our_config("smollm2", args.model, checkpointing=True, steps=args.steps)
-    cfg.rollout.engine, cfg.rollout.vllm.verify_sync = "vllm", True
-    cfg.rollout.vllm.server.launch = args.server
+    cfg = sync_config(args.model, args.steps, args.server)
     args.json = args.json or f"benchmarks/results/weight_sync{'_server' if args.server else ''}.json"
     run = build_run(cfg)
     run.module.rollout.setup(run.module.policy)  # builds the engine, so its weight sync exists

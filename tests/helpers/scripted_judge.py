@@ -12,6 +12,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 Reply = Callable[[str, dict], tuple[int, object]]
 
 
+class _Server(ThreadingHTTPServer):
+    # The listen backlog: socketserver's default of 5 is below a judge client's concurrency (8 in
+    # benchmarks/reward_sources_cost.py), and a connection the full backlog drops waits for TCP's
+    # 1 s SYN retransmit: the benchmark timed those waits, not the client.
+    request_queue_size = 128
+
+
 class ScriptedJudge:
     def __init__(self, reply: Reply):
         self.reply = reply
@@ -41,7 +48,7 @@ class ScriptedJudge:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads, self.server.block_on_close = True, False  # a sleeping handler never blocks exit
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.01,), daemon=True)

@@ -18,6 +18,7 @@ def test_every_test_file_has_an_area_and_the_shares_make_the_budget():
     assert [f for f in files if area_of(f"{f}::test_x") == "other"] == []
     assert abs(sum(share for _, share, _ in AREAS) - 1.0) < 1e-9
     assert area_of("tests/integration/test_vllm_server.py::t") == "vLLM engines and servers"
+    assert area_of("tests/integration/test_benchmarks_smoke.py::t") == "benchmarks smoke tier"
     assert area_of("tests/integration/test_cli.py::t") == "whole runs, CLI, outputs"  # the catch-all comes last
 
 
