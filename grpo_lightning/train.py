@@ -8,6 +8,7 @@ only after the allocator choice (torch reads it at its first CPU allocation).
 
 from __future__ import annotations
 
+import math
 import sys
 
 import hydra
@@ -89,9 +90,27 @@ def main(cfg: DictConfig) -> None:
     except Exception as err:  # the user's: one or two lines, exit 2; a bug: re-raised, with its traceback
         end_on_error(err)
         raise
-    shown = {k: round(v, 4) for k, v in metrics.items() if k.split("/")[0] in ("reward", "kl", "train", "val")}
-    print(f"final metrics: {shown}")
+    print(final_metrics_line(metrics))
     print_outputs(train_cfg.trainer.output_dir)
+
+
+def final_metrics_line(metrics: dict[str, float]) -> str:
+    """The console's last word on a run: its reward, kl, train and val metrics, each in four
+    significant digits (rounding to decimals showed a learning rate of 2e-05 as 0.0)."""
+    shown = ", ".join(
+        f"{k!r}: {_significant(v)}" for k, v in metrics.items() if k.split("/")[0] in ("reward", "kl", "train", "val")
+    )
+    return f"final metrics: {{{shown}}}"
+
+
+def _significant(value: float) -> str:
+    """``value`` in four significant digits; a whole number as an integer (a count stays a count),
+    and from 10^4 on one decimal (a rate of 123456.8 tokens/s, not 1.235e+05)."""
+    if not math.isfinite(value):
+        return str(value)
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.1f}" if abs(value) >= 1e4 else f"{value:.4g}"
 
 
 def print_outputs(output_dir: str) -> None:

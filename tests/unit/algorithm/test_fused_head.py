@@ -50,7 +50,9 @@ def test_values_and_gradients_match_plain_autograd(case):
     want_logp, want_ok, want_entropy = plain(hidden, head, targets, temperature)
     want = torch.autograd.grad((want_logp * upstream).sum(), params)
 
-    assert finite.tolist() == want_ok.tolist() == (~poisoned).tolist()
+    # The rows whose logits this platform's matmul makes non-finite, the poisoned ones among them;
+    # not ``~poisoned`` itself: which other rows a NaN reaches is the platform's (head_kernels_check.py).
+    assert finite.tolist() == want_ok.tolist() and not finite[poisoned].any()
     torch.testing.assert_close(logp.double(), want_logp, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(entropy[finite].double(), want_entropy[want_ok], rtol=1e-6, atol=1e-6)
     for g, w in zip(got, want):
