@@ -94,6 +94,9 @@ def _tables(title: str, instance: Any, prefix: str, only: set[str] | None = None
         out += ["| key | type | default | help |", "|---|---|---|---|", *rows, ""]
     for path, value in nested:
         out += _tables(path, value, path + ".")
+        if isinstance(value, PluginNodes):  # a nested group's nodes (algorithm.teacher.<objective or kind>)
+            for name, node in value.nodes().items():
+                out += _tables(f"{path}.{name}", node, f"{path}.{name}.")
     return out
 
 

@@ -9,6 +9,10 @@ reads the policy term alone). With ``algorithm.mask_truncated`` a completion cut
 ``max_new_tokens`` is out of every term (and of the normalizer). A sequence with a non-finite log-prob (policy, reference or old) is
 dropped from both terms; its rows never produce a gradient (F3).
 
+With a teacher (``algorithm.teacher``, :mod:`grpo_lightning.algorithm.distillation`) an
+advantage-form objective adds ``weight x A_teacher`` per token to the advantages the policy loss
+sees; a divergence-form one adds ``weight x aggregate(divergence)``, aggregated like every term.
+
 Pure tensor math: no Lightning, no I/O. The module feeds it micro-batches and back-propagates
 ``LossTerms.loss``; the health monitor reads the other fields.
 """
@@ -24,6 +28,7 @@ import torch
 from grpo_lightning.algorithm.aggregation import aggregate
 from grpo_lightning.algorithm.corrections import CorrectionInputs, apply_corrections, selected_corrections
 from grpo_lightning.algorithm.corrections.base import ImportanceWeights
+from grpo_lightning.algorithm.distillation.mixing import distill_sums, mixed_advantages
 from grpo_lightning.algorithm.kl import kl_estimate, ratio_weighted
 from grpo_lightning.algorithm.packing import PackedMicroBatch, pack_micro_batch
 from grpo_lightning.algorithm.policy_loss import POLICY_LOSSES, PolicyLossInputs
@@ -67,6 +72,7 @@ class PreparedBatch:
     reference: TokenLogProbs | None  # [N, C] without gradient, when beta > 0
     old: TokenLogProbs | None  # [N, C] without gradient, when num_iterations > 1
     in_loss: torch.Tensor | None = None  # [N] bool: sequences in the loss (mask_truncated); None: all
+    teacher: TokenLogProbs | None = None  # [N, C] the teacher's log-probs of the sampled tokens (algorithm.teacher)
 
 
 def sequences_in_loss(rollout: Any, cfg: Any) -> torch.Tensor | None:
@@ -95,6 +101,7 @@ class LossTerms:
     clip_high_sum: torch.Tensor  # tokens whose ratio the upper clip bounded
     importance: ImportanceWeights | None  # engine/trainer mismatch, when the rollout has engine log-probs
     entropy: torch.Tensor | None = None  # scalar, the aggregated entropy term (entropy_coef > 0)
+    distill: torch.Tensor | None = None  # [6] the distillation sums (mixing.DISTILL_SUMS), with a teacher
 
 
 def _frozen_slice(frozen: TokenLogProbs | None, mb: MicroBatch) -> TokenLogProbs | None:
@@ -133,12 +140,20 @@ def correct(
     return (engine if bypass else old_logp), mask, importance
 
 
-def micro_batch_loss(policy: TokenLogProbs, mb: MicroBatch, prepared: PreparedBatch, cfg: Any) -> LossTerms:
-    """The loss terms of ``mb`` given the policy's log-probs of its completions (see module doc)."""
+def micro_batch_loss(
+    policy: TokenLogProbs,
+    mb: MicroBatch,
+    prepared: PreparedBatch,
+    cfg: Any,
+    divergence: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> LossTerms:
+    """The loss terms of ``mb`` given the policy's log-probs of its completions (see module doc);
+    ``divergence``: a divergence-form teacher objective's (value with gradient, finite), [b, C]."""
     mask = mb.completion_mask
     reference, old = _frozen_slice(prepared.reference, mb), _frozen_slice(prepared.old, mb)
-    finite = policy.finite
-    for frozen in (reference, old):
+    teacher = _frozen_slice(prepared.teacher, mb)
+    finite = policy.finite if divergence is None else policy.finite & divergence[1]
+    for frozen in (reference, old, teacher):
         if frozen is not None:
             finite = finite & frozen.finite
     kept = (finite | ~mask).all(dim=1)
@@ -148,11 +163,12 @@ def micro_batch_loss(policy: TokenLogProbs, mb: MicroBatch, prepared: PreparedBa
     token_mask = token_mask.float()
     old_logp = old.logp if old is not None else policy.logp.detach()
     importance = None
-    if mb.engine_logprobs is not None:
-        old_logp, token_mask, importance = correct(policy, old_logp, mb, prepared.advantages[mb.rows], token_mask, cfg)
-    out = POLICY_LOSSES[cfg.policy_loss].fn(
-        PolicyLossInputs(policy.logp, old_logp, prepared.advantages[mb.rows], token_mask), cfg
-    )
+    advantages = prepared.advantages[mb.rows]
+    if mb.engine_logprobs is not None:  # corrections read the reward advantages (a teacher's are per token)
+        old_logp, token_mask, importance = correct(policy, old_logp, mb, advantages, token_mask, cfg)
+    if teacher is not None:  # A = A_reward + weight x A_teacher, from the sampling policy's log-probs
+        advantages, teacher_advantage = mixed_advantages(advantages, old_logp, teacher.logp, token_mask, cfg.teacher)
+    out = POLICY_LOSSES[cfg.policy_loss].fn(PolicyLossInputs(policy.logp, old_logp, advantages, token_mask), cfg)
     # Only the policy term is weighted (the KL term is added after), as TRL and verl do.
     per_token = out.loss * importance.weights if importance is not None else out.loss
 
@@ -167,6 +183,15 @@ def micro_batch_loss(policy: TokenLogProbs, mb: MicroBatch, prepared: PreparedBa
         kl_term, aggregation["kl"] = aggregate_term("kl", kl, token_mask, prepared, cfg)
         loss = loss + cfg.beta * kl_term
         kl_sum = (kl.detach() * token_mask).sum()
+    distill = None
+    if teacher is not None:
+        if divergence is not None:
+            divergence_term, aggregation["distill"] = aggregate_term(
+                "distill", divergence[0], token_mask, prepared, cfg
+            )
+            loss = loss + cfg.teacher.weight * divergence_term
+        value = divergence[0] if divergence is not None else None
+        distill = distill_sums(old_logp, teacher.logp, teacher_advantage, value, token_mask)
     entropy = policy.entropy if policy.entropy is not None else torch.zeros_like(token_mask)
     entropy_term = None
     if getattr(cfg, "entropy_coef", 0.0) > 0:
@@ -188,4 +213,5 @@ def micro_batch_loss(policy: TokenLogProbs, mb: MicroBatch, prepared: PreparedBa
         clip_high_sum=(out.clipped_high.float() * token_mask).sum(),
         importance=importance,
         entropy=entropy_term,
+        distill=distill,
     )

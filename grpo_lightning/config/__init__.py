@@ -29,6 +29,7 @@ from grpo_lightning.config.rollout import (
     is_loopback_host,
 )
 from grpo_lightning.config.task import TASKS, TaskConfig, task_options
+from grpo_lightning.config.teacher import TEACHER_KINDS, TeacherConfig, register_teacher_kind
 from grpo_lightning.config.train import TrainConfig, register_config_check, validate_config
 from grpo_lightning.config.trainer import STRATEGIES, TrainerConfig
 from grpo_lightning.errors import ConfigError
@@ -43,6 +44,7 @@ __all__ = [
     "ROLLOUT_MODES",
     "STRATEGIES",
     "TASKS",
+    "TEACHER_KINDS",
     "AlgorithmConfig",
     "CheckConfig",
     "ConfigError",
@@ -54,6 +56,7 @@ __all__ = [
     "RolloutConfig",
     "Schema",
     "TaskConfig",
+    "TeacherConfig",
     "TinyModelConfig",
     "TrainConfig",
     "TrainerConfig",
@@ -65,6 +68,7 @@ __all__ = [
     "field_help",
     "is_loopback_host",
     "register_config_check",
+    "register_teacher_kind",
     "task_options",
     "validate_config",
 ]

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from grpo_lightning.config.base import check, choice, option
 from grpo_lightning.config.nodes import PluginNodes
+from grpo_lightning.config.teacher import TeacherConfig
 
 # micro_batch_size=auto: the largest divisor of the batch up to AUTO_MICRO_BATCH_MAX sequences, or up to
 # AUTO_MICRO_BATCH_TOKENS padded tokens when the sequences are short. Short sequences make each pass per-op
@@ -116,6 +117,9 @@ class AlgorithmConfig(PluginNodes):
     mask_truncated: bool = option(
         False, "Drop completions cut at rollout.max_new_tokens (no EOS) from the loss (DAPO's overlong filtering)."
     )
+    teacher: TeacherConfig = option(
+        TeacherConfig(), "On-policy distillation: a teacher scores the student's samples (docs/distillation.md)."
+    )
 
     def check_fields(self, p: str) -> list[str]:
         from grpo_lightning.algorithm import (  # noqa: PLC0415  (torch: only when names are checked)
@@ -179,7 +183,7 @@ class AlgorithmConfig(PluginNodes):
         check(problems, self.is_cap > 0, f"{p}is_cap={self.is_cap} must be > 0")
         check(problems, self.entropy_coef >= 0, f"{p}entropy_coef={self.entropy_coef} must be >= 0 (0 = off)")
         check(problems, self.warmup_steps >= 0, f"{p}warmup_steps={self.warmup_steps} must be >= 0")
-        return problems
+        return problems + self.teacher.value_problems(f"{p}teacher.")
 
     def corrects(self) -> bool:
         """True when the policy term is more than the loss of the ratio: corrections or bypass mode."""

@@ -40,6 +40,7 @@ from grpo_lightning.config.compose import (
 from grpo_lightning.config.early_names import algorithm_name_problems, name_problem, reward_problem
 from grpo_lightning.config.health import HealthConfig
 from grpo_lightning.config.task import TaskConfig
+from grpo_lightning.config.teacher import TeacherConfig
 from grpo_lightning.config.train import TrainConfig
 from grpo_lightning.errors import ConfigError
 
@@ -47,6 +48,8 @@ from grpo_lightning.errors import ConfigError
 PLAIN_GROUPS = ("model", "rollout", "trainer", "logger", "eval")
 # Groups with nodes per registered entry: a key that is no field of theirs is left for later.
 NODE_GROUPS = {"algorithm": AlgorithmConfig, "health": HealthConfig, "task": TaskConfig}
+# Groups with nodes nested in a group: a key below them that is no field of theirs is a node's.
+NESTED_NODE_GROUPS = {"algorithm.teacher": TeacherConfig}
 _LATER_KEYS = ("plugins", "task.reward_modules", "task.name")
 REWARDS = "task.rewards"
 
@@ -61,6 +64,9 @@ def _later(o: Override, dicts: set[str]) -> bool:
     head, _, rest = key.partition(".")
     if key in _LATER_KEYS or any(key == d or key.startswith(d + ".") for d in dicts):
         return True
+    for group, cls in NESTED_NODE_GROUPS.items():
+        if key.startswith(group + ".") and key[len(group) + 1 :].split(".")[0] not in _names(cls):
+            return True  # a node's key (algorithm.teacher.jsd.beta)
     if head not in NODE_GROUPS or not rest or rest.split(".")[0] in _names(NODE_GROUPS[head]):
         return False
     return head == "task" or "." in rest  # a task's own option; a node's key (algorithm.sapo.tau_pos)

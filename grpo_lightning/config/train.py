@@ -19,6 +19,7 @@ from grpo_lightning.config.model import ModelConfig
 from grpo_lightning.config.reward_sources import RewardSourcesConfig
 from grpo_lightning.config.rollout import RolloutConfig
 from grpo_lightning.config.task import TaskConfig, task_options
+from grpo_lightning.config.teacher import teacher_problems
 from grpo_lightning.config.trainer import TrainerConfig
 from grpo_lightning.errors import ConfigError, PluginError
 from grpo_lightning.registry import load_plugins
@@ -108,6 +109,7 @@ class TrainConfig(Schema):
             "log(kept mass), biasing the ratio and every correction; set algorithm.truncated_sampling=replay, or "
             "rollout.top_p=1.0 rollout.top_k=0",
         )
+        problems += teacher_problems(self)
         p_ = str(t.precision)
         if m.dtype in ("bfloat16", "float16") and p_.endswith("-mixed"):
             problems.append(
