@@ -49,6 +49,8 @@ from grpo_lightning.runtime.logging_setup import quiet_console
 from grpo_lightning.runtime.resume_check import config_record
 from grpo_lightning.runtime.run_lock import RunLock, lock_run_folder
 from grpo_lightning.step.module import GRPOModule
+from grpo_lightning.step.teachers import build_teacher
+from grpo_lightning.step.teachers.checks import check_teacher
 from grpo_lightning.tasks import source_weights, task_records, task_scorer
 from grpo_lightning.tasks.base import checked
 
@@ -224,6 +226,8 @@ def build_run(
         loaded = None if given.tokenizer is None else (given.tokenizer, _context(given.policy))
         records = checked("train_dataset", *records, prompt_check(cfg, loaded))
     datamodule = build_datamodule(cfg, records)
+    loaded = None if given.tokenizer is None else (given.tokenizer, _context(given.policy))
+    check_teacher(cfg, datamodule.train_records, loaded)  # tokenizer, context: before any weights load
     check_memory(cfg)  # a batch that cannot fit: refused now, not minutes into the first step
     # After the data: a run that fails on its inputs says only what failed (cli_errors).
     if cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available():
@@ -275,6 +279,7 @@ def build_run(
     module = GRPOModule(
         policy,
         cfg.algorithm,
+        teacher=build_teacher(cfg, tokenizer, policy),
         rollout=rollout,
         correctness_reward=cfg.task.correctness_reward,
         eval_max_new_tokens=cfg.eval.max_new_tokens,

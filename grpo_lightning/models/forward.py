@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -42,6 +43,16 @@ def plain_output_head(model: nn.Module) -> nn.Linear | None:
     return head if isinstance(head, nn.Linear) and decoder is not None else None
 
 
+@dataclass(frozen=True)
+class CapturedRows:
+    """A pass's final hidden states at the positions that predict a completion token, in the row-major
+    order of ``valid`` [b, C] (what a distillation divergence needs of each model), and its head."""
+
+    rows: torch.Tensor  # [n, H]
+    valid: torch.Tensor  # [b, C] bool: the completion layout's real tokens
+    head: nn.Linear
+
+
 class CompletionLogProbs:
     """Float32 log-probs [B, C] of the completion tokens of a micro-batch, padded or packed.
 
@@ -67,18 +78,20 @@ class CompletionLogProbs:
         entropy_grad: bool = False,
         packed: Callable[[], PackedMicroBatch] | None = None,
         truncation: Truncation | None = None,
+        capture: list[CapturedRows] | None = None,
     ) -> TokenLogProbs:
         """``packed``, if given, returns these rows already packed (a micro-batch packs once for all its passes);
-        ``truncation``, the engine's top-k / top-p filter to replay (``algorithm.truncated_sampling``)."""
+        ``truncation``, the engine's top-k / top-p filter to replay (``algorithm.truncated_sampling``);
+        ``capture``, a list that gets the pass's :class:`CapturedRows` (models with a plain head only)."""
         if self.pack and self.packing_verified is None:
             self.packing_verified = self._probe(model)
         # A micro-batch without a completion token has nothing to pack (and no graph without one).
         if self.pack and self.packing_verified and bool(attention_mask[:, prompt_width:].any()):
             packed = packed() if packed is not None else pack_micro_batch(input_ids, attention_mask, prompt_width)
             self.last_padding_share = packed.padding_share
-            return self.packed(model, packed, temperature, with_entropy, entropy_grad, truncation)
+            return self.packed(model, packed, temperature, with_entropy, entropy_grad, truncation, capture)
         return self.padded(
-            model, input_ids, attention_mask, prompt_width, temperature, with_entropy, entropy_grad, truncation
+            model, input_ids, attention_mask, prompt_width, temperature, with_entropy, entropy_grad, truncation, capture
         )
 
     def _chunk_rows(self, vocab_size: int, device: torch.device, head: nn.Linear | None = None) -> int:
@@ -97,6 +110,7 @@ class CompletionLogProbs:
         with_entropy: bool = False,
         entropy_grad: bool = False,
         truncation: Truncation | None = None,
+        capture: list[CapturedRows] | None = None,
     ) -> TokenLogProbs:
         """The rows as they are (left-padded prompts, right-padded completions).
 
@@ -110,6 +124,9 @@ class CompletionLogProbs:
         head = plain_output_head(model)
         if head is not None:
             hidden = model.get_decoder()(**inputs).last_hidden_state[:, prompt_width - 1 : -1]
+            if capture is not None:
+                valid = attention_mask[:, prompt_width:].bool()
+                capture.append(CapturedRows(hidden[valid], valid, head))
             rows = self._chunk_rows(head.out_features, hidden.device, head)
             return lm_head_log_probs(
                 hidden, head, targets, temperature, rows, with_entropy, entropy_grad, truncation, self.kernels
@@ -126,6 +143,7 @@ class CompletionLogProbs:
         with_entropy: bool = False,
         entropy_grad: bool = False,
         truncation: Truncation | None = None,
+        capture: list[CapturedRows] | None = None,
     ) -> TokenLogProbs:
         """The packed rows; the output head sees only the positions that predict a completion token."""
         inputs = dict(
@@ -136,6 +154,8 @@ class CompletionLogProbs:
         if head is not None:
             hidden = model.get_decoder()(**inputs).last_hidden_state
             chosen = hidden.reshape(-1, hidden.shape[-1])[packed.source][None]
+            if capture is not None:
+                capture.append(CapturedRows(chosen[0], packed.completion_valid, head))
             out = lm_head_log_probs(
                 chosen,
                 head,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import psutil
 import torch
@@ -82,6 +83,9 @@ def step_bytes(cfg, shape: Shape) -> dict[str, int]:
     shards = t.devices * t.num_nodes if t.strategy == "fsdp" else 1
     states = shape.params * w * (1 + (a.beta > 0 and not lora)) + trainable * w * 3  # weights, ref, grads, 2 moments
     parts = {"weights and optimizer": states // shards}
+    teacher = teacher_weights(cfg, shape, lora)
+    if teacher:
+        parts["teacher weights"] = teacher
     if r.engine == "hf":
         sequences = min(r.generation_batch_size or batch, batch)
         parts["rollout KV cache"] = 2 * shape.layers * shape.kv_width * sequences * tokens * w
@@ -92,6 +96,22 @@ def step_bytes(cfg, shape: Shape) -> dict[str, int]:
     activations = micro * tokens * shape.hidden * w * (shape.layers + _LAYER_WORK)
     parts[f"activations and logits of a {micro}-sequence micro-batch"] = activations + logits
     return parts
+
+
+def teacher_weights(cfg, shape: Shape, lora: bool) -> int:
+    """Bytes of a distillation teacher's weights on the step's device: a third model beside the policy and
+    the reference (a teacher folder), or a frozen copy of the policy (context distillation without a
+    reference or LoRA to share); a LoRA base, a server, a teacher on its own device: none here."""
+    t = getattr(cfg.algorithm, "teacher", None)
+    if t is None or not t.active or t.device != "auto":
+        return 0
+    kind = t.resolved_kind()
+    if kind == "context" and cfg.algorithm.beta == 0 and not lora:
+        return shape.params * shape.bytes_per_param
+    if kind == "folder":
+        their = model_shape(SimpleNamespace(name_or_path=t.path, dtype=t.dtype, tiny=cfg.model.tiny))
+        return their.params * their.bytes_per_param
+    return 0
 
 
 def steps_on_gpu(accelerator: str) -> bool:

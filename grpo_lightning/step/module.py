@@ -67,6 +67,7 @@ from grpo_lightning.step.micro_batches import frozen_log_probs, micro_batches
 from grpo_lightning.step.optim import adamw_can_fuse, build_optimizer
 from grpo_lightning.step.passes import PassRecorder, measure_mismatch
 from grpo_lightning.step.reductions import ValidationMeans
+from grpo_lightning.step.teacher import DistillStep
 from grpo_lightning.step.update_check import nonfinite_update_count
 
 # Re-exported: the records and helpers that used to live here keep their import path.
@@ -89,8 +90,8 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
     ``rollout`` generates each step's completions from the loader's prompt records (without
     one, the loader must yield :class:`RolloutBatch` objects). ``correctness_reward`` names
     the reward function whose score of 1 means correct; with it, validation reports
-    ``val/accuracy`` (greedy) and ``val/pass@k`` (``eval_pass_k`` > 0) on held-out prompts.
-    """
+    ``val/accuracy`` (greedy) and ``val/pass@k`` (``eval_pass_k`` > 0) on held-out prompts;
+    with ``teacher`` (``grpo_lightning.step.teachers``), distillation."""
 
     def __init__(
         self,
@@ -103,6 +104,7 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
         eval_max_new_tokens: int | None = None,
         eval_pass_k: int = 0,
         auto_checkpointing: bool = False,
+        teacher=None,
     ):
         super().__init__()
         self.automatic_optimization = False
@@ -112,6 +114,7 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
         if self.cfg.beta > 0:
             self.reference = reference if reference is not None else _default_reference(policy)
             self.reference.requires_grad_(False).eval()
+        self.distill = DistillStep.attach(self.cfg, teacher, policy, self.reference)  # NoTeacher without one
         self.rollout = rollout
         self.evaluator: Evaluator | None = None
         if rollout is not None and correctness_reward is not None:
@@ -177,6 +180,7 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
             rollout, result, self.counters, lr, self.global_step, with_kl, self.totals, seconds
         )
         result.metrics.update(mismatch_metrics(result.mismatch) if result.mismatch else {})
+        result.metrics.update(self.distill.metrics(self._sum_over_ranks))
         self.last_metrics = result.metrics  # to the loggers after the weight sync (on_train_batch_end)
         log_callback_metrics(self, result.metrics, rollout.num_sequences)
 
@@ -220,7 +224,8 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
         in_loss = sequences_in_loss(rollout, self.cfg)
         mask = rollout.trained_mask.float() * (in_loss[:, None] if in_loss is not None else 1.0)
         reference = self._reference_log_probs(rollout, batches) if self.reference is not None else None
-        trim_heap()  # the reference pass's freed blocks back to the OS before the training forward
+        teacher = self.distill.prepare(rollout, batches)  # the teacher pass joins the reference pass
+        trim_heap()  # the reference (and teacher) pass's freed blocks back to the OS before the training forward
         return PreparedBatch(
             micro_batches=batches,
             advantages=compute_advantages(rollout.rewards, rollout.group_size, self.cfg),
@@ -229,6 +234,7 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
             reference=reference,
             old=None,  # num_iterations > 1: recorded by the first pass (see training_step), not recomputed
             in_loss=in_loss,
+            teacher=teacher,
         )
 
     def accumulate_gradients(
@@ -247,6 +253,7 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
         scale = self._world_size()  # DDP averages gradients over ranks; we want their sum
         batches = prepared.micro_batches
         for index, mb in enumerate(batches):
+            capture = self.distill.capture(index)  # [] when the teacher needs this forward's hidden states
             logprobs = self.completion_log_probs(
                 self.policy,
                 mb.input_ids,
@@ -257,14 +264,17 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
                 entropy_grad=self.cfg.entropy_coef > 0,
                 packed=lambda: mb.packed,
                 truncation=self.replay,
+                capture=capture,
             )
-            terms = micro_batch_loss(logprobs, mb, prepared, self.cfg)
+            divergence = self.distill.divergence(index, capture, rollout.temperature)
+            terms = micro_batch_loss(logprobs, mb, prepared, self.cfg, divergence)
             # The forward's freed blocks (checkpointed layers, logit chunks) back to the OS before the
             # backward makes the gradients: on a LoRA step the heap held ~270 MB free there (allocator.py).
             trim_heap()
             with self._no_sync(index == len(batches) - 1):
                 self._backward(terms.loss * scale)
             recorder.add(mb, logprobs, terms)
+            self.distill.record(index, mb, terms)
         return recorder.finish()
 
     def _guarded_step(self, stats: PassStats, result: StepResult) -> None:
@@ -316,12 +326,14 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
         entropy_grad: bool = False,
         packed: Callable[[], PackedMicroBatch] | None = None,
         truncation: Truncation | None = None,
+        capture: list | None = None,
     ) -> TokenLogProbs:
         """Float32 log-probs [B, C] of the completion tokens (columns from ``prompt_width`` on),
         packed without padding when ``algorithm.pack_sequences`` (:class:`CompletionLogProbs`;
-        ``packed`` returns the rows packed already; ``truncation``: the sampling filter replayed)."""
+        ``packed`` returns the rows packed already; ``truncation``: the sampling filter replayed;
+        ``capture`` gets the hidden states at the scored positions, for distillation)."""
         args = (model, input_ids, attention_mask, prompt_width, temperature, with_entropy, entropy_grad)
-        return self.forward_pass(*args, packed=packed, truncation=truncation)
+        return self.forward_pass(*args, packed=packed, truncation=truncation, capture=capture)
 
     def _frozen_log_probs(self, model: nn.Module, rollout: RolloutBatch, batches: list[MicroBatch]) -> TokenLogProbs:
         return frozen_log_probs(partial(self.completion_log_probs, truncation=self.replay), model, rollout, batches)

@@ -4,7 +4,7 @@ two runs get the same ones). ``python fake_vllm_server.py PORT_FILE [DIE_AFTER [
 port to PORT_FILE and, with DIE_AFTER, SIGKILLs itself on that completion request: a server killed
 mid-step. RELOAD says how a weight reload (``/collective_rpc``) behaves: ``ok``, ``fail`` (HTTP 500,
 a reload failed half way), ``fail_once``, ``slow:S`` (answers after S seconds) or ``die`` (SIGKILL).
-Scoring requests (``prompt_logprobs``) get -1.0 for every token."""
+Scoring requests (``prompt_logprobs``) get -1.0 for every token, each its position's top-1 (rank 1)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _completion(body: dict) -> dict:
     prompt = list(body["prompt"])
     if body.get("prompt_logprobs") is not None:
         return {
-            "prompt_logprobs": [None] + [{str(t): {"logprob": -1.0}} for t in prompt[1:]],
+            "prompt_logprobs": [None] + [{str(t): {"logprob": -1.0, "rank": 1}} for t in prompt[1:]],
             "finish_reason": "length",
         }
     draw = random.Random(f"{prompt}:{body.get('seed')}")

@@ -1,0 +1,85 @@
+"""The teacher checked at start-up, before any weights load: the same tokenizer as the student's
+(the first difference named), a context that holds the longest prompt it sees plus the completion,
+prompts it can re-format (context distillation). Each failure is one ConfigError line."""
+
+from __future__ import annotations
+
+from lightning.pytorch.utilities import rank_zero_warn
+
+from grpo_lightning.data.prompting import PromptFormatter
+from grpo_lightning.errors import ConfigError, ServerError
+from grpo_lightning.models.loading import load_tokenizer
+from grpo_lightning.models.teacher import check_context, check_tokenizers, load_teacher_tokenizer
+from grpo_lightning.rollout.vllm_server_client import ServerClient
+from grpo_lightning.step.teachers.context import teacher_formatter
+
+
+def _longest(records: list[dict], formatter: PromptFormatter, prefix: str = "") -> int:
+    lengths = (len(formatter.untruncated(prefix + r["prompt"] if prefix else r["prompt"])) for r in records)
+    return max(lengths, default=0)
+
+
+def _server_probe(cfg, tokenizer, text: str) -> int | None:
+    """Without a teacher folder: the server's own tokenizer on ``text`` (vLLM's ``/tokenize``) against the
+    student's, and the server's context (``max_model_len``); a server without that route is not checked."""
+    s = cfg.algorithm.teacher.server
+    client = ServerClient(s.url.rstrip("/"), min(s.timeout_s, 30.0), 1)
+    try:
+        answer = client.call(
+            "POST", "/tokenize", "a tokenizer probe", json={"prompt": text, "add_special_tokens": False}
+        )
+    except ServerError as err:
+        rank_zero_warn(
+            f"algorithm.teacher.server: the teacher's tokenizer was not checked ({err}); set algorithm.teacher.path to its folder to check it"
+        )
+        return None
+    finally:
+        client.close()
+    ours = tokenizer(text, add_special_tokens=False)["input_ids"]
+    theirs = list(answer.get("tokens", []))
+    if theirs != ours:
+        at = next(
+            (i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours), len(theirs))
+        )
+        raise ConfigError(
+            f"the teacher server ({s.url}) tokenizes a training prompt otherwise than the student (model.name_or_path="
+            f"{cfg.model.name_or_path!r}): token {at} is {ours[at] if at < len(ours) else None} for the student and "
+            f"{theirs[at] if at < len(theirs) else None} for the teacher; the teacher scores the student's token ids, so "
+            "both need one tokenizer (cross-tokenizer distillation is not supported)"
+        )
+    return answer.get("max_model_len")
+
+
+def check_teacher(cfg, records: list[dict], loaded: tuple | None = None) -> None:
+    """Every start-up check of the module doc for ``cfg.algorithm.teacher`` on the training ``records``;
+    ``loaded``: the student's (tokenizer, context) when given as objects."""
+    t = cfg.algorithm.teacher
+    if not t.active or not records:
+        return
+    kind = t.resolved_kind()
+    tokenizer, context = loaded if loaded is not None else load_tokenizer(cfg.model)
+    task = cfg.task
+    formatter = PromptFormatter(tokenizer, task.system_prompt, task.instruction, use_chat_template=task.chat_template)
+    longest, name = (
+        _longest(records, formatter) if kind != "context" else 0,
+        f"model.name_or_path={cfg.model.name_or_path!r}",
+    )
+    if kind == "context":
+        if not isinstance(records[0]["prompt"], str):
+            raise ConfigError(
+                "algorithm.teacher.kind=context re-formats each question with the teacher's prompt, and the task's prompts "
+                "are chat messages; give the prompts as text (the system prompt and few-shot examples go in "
+                "algorithm.teacher.context.*)"
+            )
+        their_formatter, prefix = teacher_formatter(cfg, tokenizer)
+        longest, name = _longest(records, their_formatter, prefix), "the policy with algorithm.teacher.context's prompt"
+    elif t.path is not None:
+        teacher_tokenizer, context = load_teacher_tokenizer(t.path)
+        name = f"algorithm.teacher.path={t.path!r}"
+        check_tokenizers(tokenizer, teacher_tokenizer, f"model.name_or_path={cfg.model.name_or_path!r}", name)
+    elif kind == "server":
+        context, name = (
+            _server_probe(cfg, tokenizer, formatter.text(records[0]["prompt"])),
+            f"the server {t.server.url}",
+        )
+    check_context(context, longest, cfg.rollout.max_new_tokens, name)
