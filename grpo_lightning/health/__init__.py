@@ -13,6 +13,7 @@ from grpo_lightning.health.alerts import ACTIONS, Alert, Finding, HealthCheckErr
 from grpo_lightning.health.base import HealthCheck
 from grpo_lightning.health.constant_reward import ConstantRewardCheck
 from grpo_lightning.health.degenerate import DegenerateOutputCheck
+from grpo_lightning.health.distillation import DistillKLCheck, DistillRewardCheck
 from grpo_lightning.health.diversity import DiversityCheck
 from grpo_lightning.health.duplicates import CrossRankDuplicatesCheck
 from grpo_lightning.health.episode_failures import EpisodeFailuresCheck
@@ -36,6 +37,8 @@ __all__ = [
     "Alert",
     "CrossRankDuplicatesCheck",
     "DegenerateOutputCheck",
+    "DistillKLCheck",
+    "DistillRewardCheck",
     "DiversityCheck",
     "EpisodeFailuresCheck",
     "EpisodeLimitsCheck",

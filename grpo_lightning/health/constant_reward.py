@@ -11,6 +11,8 @@ adds a constant and teaches nothing.
 Per function it sums the count, the sum and the sum of squares of its values over ranks (so
 every rank reaches the same verdict); the variance since the start is zero exactly when every
 value was the same. A resumed run (first batch not 0) is not judged: "since the start" is gone.
+With a distillation teacher (``algorithm.teacher``) a function of weight 0 only watches (pure
+distillation weights every one 0): it is not judged.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from grpo_lightning.algorithm.distillation import teacher_active
 from grpo_lightning.config.base import check, option
 from grpo_lightning.config.health import PATIENCE_HELP, CheckConfig
 from grpo_lightning.health.alerts import Finding
@@ -62,7 +65,10 @@ class ConstantRewardCheck(HealthCheck):
 
     def measure(self, view: StepView) -> dict[str, float]:
         out: dict[str, float] = {}
+        watched = teacher_active(getattr(view, "algorithm", None))  # a teacher's run: weight-0 functions only watch
         for name, values in view.rollout.reward_components.items():
+            if watched and view.reward_weights.get(name, 1.0) == 0:
+                continue
             v = values.detach().double().cpu().numpy()
             v = v[~np.isnan(v)]  # None: the function does not apply to that sample
             out[f"{name}/n"], out[f"{name}/sum"], out[f"{name}/sumsq"] = float(v.size), float(v.sum()), float(v @ v)

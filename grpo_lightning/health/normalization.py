@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from grpo_lightning.algorithm import POLICY_LOSSES, compute_advantages
+from grpo_lightning.algorithm.distillation import teacher_in_advantages
 from grpo_lightning.config.base import option
 from grpo_lightning.health.alerts import Finding
 from grpo_lightning.health.base import PATIENCE_HELP, CheckConfig, HealthCheck, register_check
@@ -60,14 +61,15 @@ class NormalizationCheck(HealthCheck):
         normalizers = {rec.normalizer for rec in declared.values()}
         mismatched = sum(rec.mode != mode for rec in declared.values()) + (len(normalizers) > 1)
         r = view.rollout
-        # With importance weighting the policy term is -A x w by design: only the mode and
-        # normalizer of each term are checked then, not its value.
+        # With importance weighting the policy term is -A x w by design, and with a teacher's per-token
+        # advantages -(A + weight x A_teacher): only the mode and normalizer of each term are checked then.
         checkable = (
             first is not None
             and first.finite_loss
             and first.dropped_seqs == 0
             and "policy" in declared
             and not view.algorithm.corrects()
+            and not teacher_in_advantages(view.algorithm)
             and POLICY_LOSSES[view.algorithm.policy_loss].ratio_one_identity
         )
         stats = {"terms": float(len(declared)), "mismatched": float(mismatched), "checkable": float(checkable)}

@@ -5,7 +5,9 @@ defines it for the advantages too) has zero advantages and no gradient. Groups t
 all equal *at the best reward seen so far* are solved, which is fine (unless the reward has
 never varied in the run); the check counts the others (stuck groups). When the rewards still vary between prompts (each reward function
 has a spread over the batch) but not within groups, the samples of a group are likely
-identical: F1's signature as the reward logs show it.
+identical: F1's signature as the reward logs show it. With a distillation teacher
+(``algorithm.teacher``) a tied group still has the teacher's per-token signal: the fractions are
+logged, and no alert is raised.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from grpo_lightning.algorithm import rewards_equal, tied_groups
+from grpo_lightning.algorithm.distillation import teacher_active
 from grpo_lightning.config.base import check, option
 from grpo_lightning.health.alerts import Finding
 from grpo_lightning.health.base import PATIENCE_HELP, CheckConfig, HealthCheck, register_check
@@ -85,7 +88,7 @@ class RewardSignalCheck(HealthCheck):
         stuck, zero, groups = self._sums[0], self._sums[1], max(self._sums[2], 1.0)
         metrics = {"stuck_frac": stuck / groups, "zero_std_frac": zero / groups}
         full = len(self._window) == self._window.maxlen
-        if not (full and stuck / groups > self.cfg.max_stuck_frac):
+        if not (full and stuck / groups > self.cfg.max_stuck_frac) or teacher_active(view.algorithm):
             return metrics, None
         if not bool(rewards_equal(self._best, self._worst)):
             where = f" below the best group reward seen so far ({self._best:.3g})"
