@@ -59,8 +59,10 @@ class DistillWindowCheck(HealthCheck):
 
     def measure(self, view: StepView) -> dict[str, float]:
         kl = view.result.metrics.get("distill/kl")
+        if kl is None:  # no teacher: nothing to read (the same keys on every rank)
+            return {"kl": 0.0, "present": 0.0, "reward": 0.0, "n": 0.0}
         reward, n = reward_signal(view)
-        return {"kl": float(kl) if kl is not None else 0.0, "present": float(kl is not None), "reward": reward, "n": n}
+        return {"kl": float(kl), "present": 1.0, "reward": reward, "n": n}
 
     def add(self, t: dict[str, float], view: StepView) -> dict[str, float] | None:
         """Record this step's KL (the same on every rank: its mean over ranks) and mean reward; they are

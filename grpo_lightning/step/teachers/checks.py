@@ -10,8 +10,8 @@ from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.errors import ConfigError, ServerError
 from grpo_lightning.models.loading import load_tokenizer
 from grpo_lightning.models.teacher import check_context, check_tokenizers, load_teacher_tokenizer
-from grpo_lightning.rollout.vllm_server_client import ServerClient
 from grpo_lightning.step.teachers.context import teacher_formatter
+from grpo_lightning.step.teachers.server import teacher_client
 
 
 def _longest(records: list[dict], formatter: PromptFormatter, prefix: str = "") -> int:
@@ -23,11 +23,10 @@ def _server_probe(cfg, tokenizer, text: str) -> int | None:
     """Without a teacher folder: the server's own tokenizer on ``text`` (vLLM's ``/tokenize``) against the
     student's, and the server's context (``max_model_len``); a server without that route is not checked."""
     s = cfg.algorithm.teacher.server
-    client = ServerClient(s.url.rstrip("/"), min(s.timeout_s, 30.0), 1)
+    client = teacher_client(cfg, min(s.timeout_s, 30.0))
     try:
-        answer = client.call(
-            "POST", "/tokenize", "a tokenizer probe", json={"prompt": text, "add_special_tokens": False}
-        )
+        body = {"model": client.served_model(), "prompt": text, "add_special_tokens": False}
+        answer = client.call("POST", "/tokenize", "a tokenizer probe", json=body)
     except ServerError as err:
         rank_zero_warn(
             f"algorithm.teacher.server: the teacher's tokenizer was not checked ({err}); set algorithm.teacher.path to its folder to check it"

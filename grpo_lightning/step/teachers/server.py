@@ -41,6 +41,13 @@ def scored_tokens(prompt_logprobs: list, sequence: list[int], first: int) -> tup
     return logps, best
 
 
+def teacher_client(cfg, timeout_s: float | None = None) -> ServerClient:
+    """A client of ``algorithm.teacher.server`` (``cfg``: a TrainConfig), with its API key if one is named."""
+    s = cfg.algorithm.teacher.server
+    token = os.environ.get(s.api_key_env) if s.api_key_env else None
+    return ServerClient(s.url.rstrip("/"), timeout_s or s.timeout_s, s.concurrency, token=token)
+
+
 class ServerTeacher:
     name = "server"
 
@@ -51,9 +58,7 @@ class ServerTeacher:
 
     @classmethod
     def from_config(cls, cfg, tokenizer, policy, formatter=None) -> ServerTeacher:
-        s = cfg.algorithm.teacher.server
-        token = os.environ.get(s.api_key_env) if s.api_key_env else None
-        return cls(ServerClient(s.url.rstrip("/"), s.timeout_s, s.concurrency, token=token), s.concurrency)
+        return cls(teacher_client(cfg), cfg.algorithm.teacher.server.concurrency)
 
     def bind(self, policy, reference) -> None:
         """Nothing to share with the module: the teacher lives in the server."""
