@@ -182,6 +182,12 @@ class TeacherConfig(PluginNodes):
             kind != "folder" or self.path is not None,
             f"{p}kind=folder needs {p}path=<the teacher's local Hugging Face folder>",
         )
+        check(
+            problems,
+            self.device == "auto" or kind == "folder",
+            f"{p}device={self.device!r} applies to a teacher folder only ({p}kind={kind} runs on the policy's "
+            f"weights or device); set {p}device=auto",
+        )
         return problems
 
 

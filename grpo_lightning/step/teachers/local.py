@@ -55,9 +55,9 @@ class LocalTeacher:
         argmax = torch.full(shape, -1, dtype=torch.long, device=home) if need_argmax else None
         rows: list[CapturedRows] | None = [] if need_rows else None
         with self.model() as model:
-            device = self.device or next(model.parameters()).device
+            device = self.device or home  # auto: the policy's device, where the module put the rollout
             if next(model.parameters()).device != device:
-                model.to(device)
+                model.to(device)  # once: a folder's teacher loads on the CPU
             for mb in self.batches_for(rollout, batches):
                 mb = _moved(mb, device)
                 capture: list[CapturedRows] = []

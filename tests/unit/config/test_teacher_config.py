@@ -36,6 +36,7 @@ def test_a_missing_teacher_folder_is_named_early():
         early_check(["algorithm.teacher.path=/no/such/teacher"])
 
 
+@pytest.mark.slow
 def test_nodes_of_objectives_and_kinds_compose_and_are_checked_by_name():
     cfg = compose(["algorithm.teacher.kind=context", "algorithm.teacher.jsd.beta=0.25", "trainer.output_dir=o"])[0]
     assert cfg.algorithm.teacher.jsd.beta == 0.25
@@ -60,6 +61,7 @@ def test_nodes_of_objectives_and_kinds_compose_and_are_checked_by_name():
         (["algorithm.teacher.kind=base"], "model.lora is off"),
         (["algorithm.teacher.kind=folder"], "needs algorithm.teacher.path"),
         (["algorithm.teacher.kind=context", "algorithm.teacher.context.prefix_file=/no/file"], "no such file"),
+        (["algorithm.teacher.kind=context", "algorithm.teacher.device=cpu"], "applies to a teacher folder only"),
     ],
 )  # fmt: skip
 def test_refused_combinations_say_why(overrides, says):
