@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 
+from lightning.pytorch.utilities import rank_zero_info
+
 from grpo_lightning.config.teacher import TEACHER_KINDS
 
 
@@ -28,4 +30,21 @@ def build_teacher(cfg, tokenizer, policy, formatter=None):
     teacher = cfg.algorithm.teacher
     if not teacher.active:
         return None
+    rank_zero_info(teacher_line(cfg))
     return teacher_class(teacher.resolved_kind()).from_config(cfg, tokenizer, policy, formatter)
+
+
+def teacher_line(cfg) -> str:
+    """What the run distills from and how, said once at start-up (the temperature the teacher scores at)."""
+    t, a = cfg.algorithm.teacher, cfg.algorithm
+    kind = t.resolved_kind()
+    where = {"folder": f" {t.path}", "server": f" {t.server.url}"}.get(kind, "")
+    options = getattr(t, t.objective, None)
+    said = ", ".join(f"{k} {v}" for k, v in vars(options).items()) if options is not None else ""
+    pure = bool(cfg.task.rewards) and not any(cfg.task.rewards.values())
+    return (
+        f"distillation: teacher {kind}{where}, objective {t.objective}{f' ({said})' if said else ''}, weight {t.weight:g}"
+        f"{', every reward weight 0 (pure distillation)' if pure else ' beside the rewards'}; it scores the student's "
+        f"tokens at the sampling temperature {cfg.rollout.temperature:g}; its pass "
+        f"{'joins the reference pass (algorithm.beta > 0)' if a.beta > 0 else 'replaces the reference pass (algorithm.beta=0)'}"
+    )

@@ -15,6 +15,7 @@ from grpo_lightning.config import AlgorithmConfig, LoraModelConfig, TrainConfig
 from grpo_lightning.models import build_tiny_policy
 from grpo_lightning.models.lora import apply_lora
 from grpo_lightning.step.module import GRPOModule
+from grpo_lightning.step.teachers import teacher_line
 from grpo_lightning.step.teachers.base import LoraBaseTeacher
 from grpo_lightning.step.teachers.context import ContextTeacher
 from grpo_lightning.step.teachers.folder import FolderTeacher
@@ -184,3 +185,12 @@ def test_vllm_prompt_logprobs_are_read_for_the_completion_only():
         {"7": {"logprob": -2.0, "rank": 3}, "4": {"logprob": -0.2, "rank": 1}},
     ]
     assert scored_tokens(answer, [1, 5, 7], first=1) == ([-0.1, -2.0], [5, 4])
+
+
+def test_the_run_states_the_teachers_temperature_and_which_pass_it_replaces():
+    cfg = TrainConfig()
+    cfg.algorithm.teacher.kind, cfg.algorithm.beta, cfg.rollout.temperature = "context", 0.0, 0.7
+    cfg.task.rewards = {"arithmetic_exact": 0.0}
+    line = teacher_line(cfg)
+    assert "at the sampling temperature 0.7" in line and "replaces the reference pass" in line
+    assert "objective reverse_kl (discount 0.0)" in line and "pure distillation" in line
