@@ -29,7 +29,7 @@ from grpo_lightning.algorithm.distillation import (
 from grpo_lightning.algorithm.objective import LossTerms
 from grpo_lightning.config.algorithm import logprob_chunk_mb
 from grpo_lightning.errors import ConfigError
-from grpo_lightning.models.forward import CapturedRows
+from grpo_lightning.models.forward import CapturedRows, plain_output_head
 from grpo_lightning.records import RolloutBatch, TokenLogProbs
 
 
@@ -87,6 +87,12 @@ class DistillStep:
         reference model when there is one), or :class:`NoTeacher`."""
         if teacher is None:
             return NoTeacher()
+        if TEACHER_OBJECTIVES[cfg.teacher.objective].full_distribution and plain_output_head(policy) is None:
+            raise ConfigError(
+                f"algorithm.teacher.objective={cfg.teacher.objective} reads the policy's final hidden states and output "
+                f"head, and {type(policy).__name__} has no plain head (logits = head(hidden): no soft-capping, not "
+                "sharded by fsdp); use algorithm.teacher.objective=reverse_kl"
+            )
         teacher.bind(policy, reference)
         return cls(cfg, teacher)
 
@@ -138,13 +144,8 @@ class DistillStep:
         """A divergence objective's (value with gradient, finite) for micro-batch ``index``, [b, C]; on
         the first pass also the student's argmax (for the agreement metric). ``capture``: the training
         forward's rows."""
-        student = capture[0] if capture else None
+        student = capture[0] if capture else None  # None: no plain head (no agreement metric then)
         first_pass = index not in self._seen
-        if self.needs_student_rows(index) and student is None:
-            raise ConfigError(
-                "algorithm.teacher: the policy has no plain output head (logits = head(hidden)), so its hidden states "
-                "cannot be read; use algorithm.teacher.objective=reverse_kl and algorithm.teacher.agreement=false"
-            )
         self._student_argmax = None
         if first_pass and self.cfg.teacher.agreement and student is not None:
             argmax = head_argmax(student.rows.detach(), student.head, self.budget(student.rows.device))

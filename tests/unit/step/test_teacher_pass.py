@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from grpo_lightning.algorithm.distillation import DISTILL_SUMS, jsd_from_logits
-from grpo_lightning.config import AlgorithmConfig, LoraModelConfig, TrainConfig
+from grpo_lightning.config import AlgorithmConfig, ConfigError, LoraModelConfig, TrainConfig
 from grpo_lightning.models import build_tiny_policy
 from grpo_lightning.models.lora import apply_lora
 from grpo_lightning.step.module import GRPOModule
@@ -194,3 +194,11 @@ def test_the_run_states_the_teachers_temperature_and_which_pass_it_replaces():
     line = teacher_line(cfg)
     assert "at the sampling temperature 0.7" in line and "replaces the reference pass" in line
     assert "objective reverse_kl (discount 0.0)" in line and "pure distillation" in line
+
+
+def test_a_divergence_needs_a_plain_output_head_and_says_so_before_training(policy, teacher_model):
+    policy.config.final_logit_softcapping = 30.0  # logits are no longer head(hidden)
+    cfg = algorithm("jsd")
+    with pytest.raises(ConfigError, match="has no plain head"):
+        GRPOModule(policy, cfg, teacher=FolderTeacher(cfg, teacher_model))
+    GRPOModule(policy, algorithm(), teacher=FolderTeacher(cfg, teacher_model))  # the sampled form needs none
