@@ -33,6 +33,7 @@ from grpo_lightning.models.lora import apply_lora, lora_enabled
 from grpo_lightning.models.memory import check_memory
 from grpo_lightning.models.sharding import build_strategy
 from grpo_lightning.rewards.sources import bind_sources
+from grpo_lightning.rewards.sources.sandbox import keep_private
 from grpo_lightning.rollout import (
     ENGINES,
     AsyncRolloutGenerator,
@@ -245,6 +246,7 @@ def build_run(
         extra["off_policy_action"] = r.off_policy_action
     v = r.vllm
     bind_sources(cfg.rewards)  # rewards.<source>.* for the sources task.rewards names
+    keep_private(cfg.trainer.output_dir)  # never shown to a sandboxed program, wherever it is
     rollout = generator_cls(
         engine=engine if engine is not None else build_engine_factory(cfg, tokenizer),
         tokenizer=tokenizer,
