@@ -20,7 +20,7 @@ from grpo_lightning.health.base import HealthCheck, WindowCheckConfig, register_
 from grpo_lightning.health.view import StepView
 
 
-def hack_counts(metrics: dict[str, float]) -> tuple[float, Counter[str]]:
+def hack_counts(metrics: dict[str, float]) -> tuple[float, dict[str, int]]:
     """Completions that tried (``reward/<source>/hacks`` summed) and the count of each named attempt."""
     total, named = 0.0, Counter()
     for key, value in metrics.items():
@@ -29,7 +29,7 @@ def hack_counts(metrics: dict[str, float]) -> tuple[float, Counter[str]]:
             total += value
         elif len(parts) == 4 and parts[0] == "reward" and parts[2] == "hacks":
             named[f"{parts[1]}: {parts[3]}"] += int(value)
-    return total, named
+    return total, dict(named)  # plain data: a check's state goes into checkpoints
 
 
 @dataclass
@@ -54,7 +54,7 @@ class RewardHacksCheck(HealthCheck):
     def __init__(self, cfg):
         super().__init__(cfg)
         self._window: deque[tuple[float, float]] = deque(maxlen=cfg.window)
-        self._named: deque[Counter[str]] = deque(maxlen=cfg.window)  # this rank's, for the evidence
+        self._named: deque[dict[str, int]] = deque(maxlen=cfg.window)  # this rank's, for the evidence
 
     def measure(self, view: StepView) -> dict[str, float]:
         total, named = hack_counts(view.rollout.reward_metrics)
@@ -69,7 +69,7 @@ class RewardHacksCheck(HealthCheck):
         metrics = {"tried_frac": t["tried"] / t["completions"], "tried_frac_window": tried / completions}
         if tried / completions <= self.cfg.max_frac:
             return metrics, None
-        named = sum(self._named, Counter()).most_common(4)
+        named = sum((Counter(n) for n in self._named), Counter()).most_common(4)
         what = ", ".join(f"{name} ({count})" for name, count in named) or "see reward/<source>/hacks/*"
         evidence = (
             f"{tried:.0f} of the {completions:.0f} completions of the last {len(self._window)} steps tried to game "

@@ -6,6 +6,7 @@ import random
 from types import SimpleNamespace
 
 from grpo_lightning.health.reward_hacks import RewardHacksCheck, RewardHacksConfig, hack_counts
+from grpo_lightning.records.plain_state import from_plain, to_plain
 
 
 def view(completions: int, **tried: int):
@@ -52,3 +53,11 @@ def test_counts_read_only_the_hacks_metrics():
         {"reward/judge/hacks": 2.0, "reward/judge/hacks/score_in_completion": 2.0, "reward/hacks_like": 9.0}
     )
     assert total == 2.0 and named == {"judge: score_in_completion": 2}
+
+
+def test_its_state_is_plain_data_a_checkpoint_can_hold():
+    check = RewardHacksCheck(RewardHacksConfig(window=3))
+    run(check, [view(8, exits=1), view(8, not_plain_value=2)])
+    saved = {k: v for k, v in vars(check).items() if k != "cfg"}  # what the monitor saves (not the options)
+    state = from_plain(to_plain(saved, "health.reward_hacks"))
+    assert state["_named"][1] == {"code_tests: not_plain_value": 2} and state["_window"][0] == (1.0, 8.0)
