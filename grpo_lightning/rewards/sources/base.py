@@ -24,7 +24,12 @@ from grpo_lightning.rewards.registry import REWARD_FUNCTIONS
 
 
 class SourceReward:
-    """The registered reward function of a source: TRL's keyword signature, built on first call."""
+    """The registered reward function of a source: TRL's keyword signature, built on first call.
+
+    A source bounds its own time with its options (the judge's timeout_s and retries, the sandbox's
+    wall_s): ``task.reward_timeout_s`` leaves it alone (``bounds_itself``)."""
+
+    bounds_itself = True
 
     def __init__(self, name: str, factory: Callable[[Any], Callable[..., list]], options_cls: type):
         self.name = name
@@ -49,7 +54,7 @@ class SourceReward:
     def __call__(self, prompts: list | None = None, completions: list | None = None, **columns: Any) -> list:
         return self.built()(prompts=prompts, completions=completions, **columns)
 
-    def __getstate__(self) -> dict:  # a worker process (task.reward_timeout_s) builds its own copy
+    def __getstate__(self) -> dict:  # a worker process (task.reward_process) builds its own copy
         return {**self.__dict__, "_built": None, "_lock": None}
 
     def __setstate__(self, state: dict) -> None:

@@ -153,6 +153,8 @@ def same_output(got: str, expected: str) -> bool:
 class CodeTestsReward:
     """A TRL reward function: the fraction (or all-or-nothing) of the record's tests the code passes."""
 
+    bounds_itself = True  # by its options, or by compute alone: task.reward_timeout_s leaves it alone
+
     def __init__(self, options: CodeTestsOptions):
         if options.isolate and (problem := isolation_problem(options.python)) is not None:
             warnings.warn(

@@ -128,6 +128,8 @@ NOT_GRADED = ("failures", "no_verdict", "out_of_range")
 class JudgeReward:
     """A TRL reward function that asks an LLM judge for each completion's verdict."""
 
+    bounds_itself = True  # by its options, or by compute alone: task.reward_timeout_s leaves it alone
+
     def __init__(self, options: JudgeOptions):
         if not options.url:
             raise ConfigError("rewards.judge.url is empty: give the judge's OpenAI-compatible base URL (.../v1)")

@@ -58,6 +58,8 @@ def resolve_device(device: str) -> torch.device:
 class RewardModelReward:
     """A TRL reward function backed by a sequence-classification model."""
 
+    bounds_itself = True  # by its options, or by compute alone: task.reward_timeout_s leaves it alone
+
     def __init__(self, options: RewardModelOptions):
         folder = Path(options.path).expanduser()
         if not options.path or not (folder / "config.json").is_file():
