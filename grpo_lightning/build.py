@@ -32,7 +32,7 @@ from grpo_lightning.models.compile import compile_training_models
 from grpo_lightning.models.lora import apply_lora, lora_enabled
 from grpo_lightning.models.memory import check_memory
 from grpo_lightning.models.sharding import build_strategy
-from grpo_lightning.rewards.sources import bind_sources
+from grpo_lightning.rewards.sources import bind_sources, build_sources
 from grpo_lightning.rewards.sources.sandbox import keep_private
 from grpo_lightning.rollout import (
     ENGINES,
@@ -247,10 +247,12 @@ def build_run(
     v = r.vllm
     bind_sources(cfg.rewards)  # rewards.<source>.* for the sources task.rewards names
     keep_private(cfg.trainer.output_dir)  # never shown to a sandboxed program, wherever it is
+    scorer = task_scorer(cfg.task, cfg.plugin_entries())
+    build_sources(r.fn for r in scorer.rewards)  # a bad judge URL or reward model folder fails here, not in step 1
     rollout = generator_cls(
         engine=engine if engine is not None else build_engine_factory(cfg, tokenizer),
         tokenizer=tokenizer,
-        scorer=task_scorer(cfg.task, cfg.plugin_entries()),
+        scorer=scorer,
         num_generations=r.num_generations,
         sampling=Sampling.from_config(r),
         seed=cfg.trainer.seed,

@@ -24,6 +24,7 @@ from grpo_lightning.data.rows import check_text_file
 from grpo_lightning.errors import ConfigError, DataError
 from grpo_lightning.models import memory, source
 from grpo_lightning.rewards.columns import required_columns
+from tests.helpers.tiny_reward_model import save_tiny_causal_lm
 
 # Its module fixture only writes small files: the cases may run on every xdist worker.
 pytestmark = pytest.mark.spread_over_workers
@@ -448,3 +449,65 @@ def test_a_bad_input_leaves_an_earlier_runs_folder_as_it_was(args, files, monkey
     code, err, _ = run_cli(monkeypatch, tmp_path, capsys, args)
     assert code == 2 and "Traceback" not in err, err
     assert {p: p.read_bytes() for p in checkpoints.rglob("*")} == before
+
+
+# ----------------------------------------------------------------------------- reward sources (issue 46)
+# A reward source's bad options, URL, key, folder or interpreter: refused by the config's checks or
+# when the run builds the sources it names, before training; never at the first batch.
+JUDGED = "task.rewards={judge: 1.0}"
+REWARD_SOURCE_CASES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
+    ("judge_url_not_http", (JUDGED, "rewards.judge.url=ftp://judge/v1"), ("rewards.judge.url", "http(s)")),
+    ("judge_url_without_host", (JUDGED, "rewards.judge.url=http:///v1"), ("rewards.judge.url",)),
+    ("judge_url_empty", (JUDGED,), ("rewards.judge.url is empty",)),
+    (
+        "judge_key_unset",
+        (JUDGED, "rewards.judge.url=http://127.0.0.1:9/v1", "rewards.judge.api_key_env=NO_SUCH_JUDGE_KEY_46"),
+        ("rewards.judge.api_key_env='NO_SUCH_JUDGE_KEY_46'", "unset"),
+    ),
+    ("judge_unknown_verdict", (JUDGED, "rewards.judge.verdict=stars"), ("rewards.judge.verdict", "stars")),
+    ("judge_negative_timeout", ("rewards.judge.timeout_s=-1",), ("rewards.judge.timeout_s",)),
+    ("judge_zero_reply_cap", ("rewards.judge.max_reply_kb=0",), ("rewards.judge.max_reply_kb",)),
+    ("judge_misspelt_key", ("rewards.judge.urll=http://h/v1",), ("rewards.judge.urll", "rewards.judge.url")),
+    (
+        "reward_model_folder_missing",
+        ("task.rewards={reward_model: 1.0}", "rewards.reward_model.path=/no/such/rm"),
+        ("rewards.reward_model.path", "/no/such/rm", "no config.json"),
+    ),
+    (
+        "reward_model_without_head",
+        ("task.rewards={reward_model: 1.0}", "rewards.reward_model.path=<causal_lm>"),
+        ("rewards.reward_model.path", "causal_lm", "score.weight"),
+    ),
+    ("reward_model_bad_dtype", ("rewards.reward_model.dtype=float8",), ("rewards.reward_model.dtype", "float8")),
+    ("sandbox_zero_cpu", ("task=code", "rewards.code_tests.cpu_s=0"), ("rewards.code_tests.cpu_s",)),
+    ("sandbox_zero_scratch", ("task=code", "rewards.code_tests.scratch_mb=0"), ("rewards.code_tests.scratch_mb",)),
+    ("sandbox_negative_wall", ("task=code", "rewards.code_tests.wall_s=-1"), ("rewards.code_tests.wall_s",)),
+    ("sandbox_no_python", ("task=code", "rewards.code_tests.python=/no/python3"), ("rewards.code_tests.python",)),
+    (
+        "sandbox_python_that_does_not_run",
+        ("task.rewards={code_tests: 1.0}", "rewards.code_tests.python=<not_python>"),  # tiny model: not task=code
+        ("rewards.code_tests.python", "does not run"),
+    ),
+    ("sandbox_visible_missing", ("task=code", "rewards.code_tests.visible=[/no/such/dir]"), ("/no/such/dir",)),
+    ("reward_timeout_negative", ("task.reward_timeout_s=-5",), ("task.reward_timeout_s",)),
+    (
+        "reward_process_without_limit",
+        ("task.reward_timeout_s=null", "task.reward_process=true"),
+        ("task.reward_process=true needs task.reward_timeout_s",),
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def source_files(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("reward_sources")
+    not_python = root / "not_python"
+    not_python.write_text("#!/bin/sh\nexit 3\n")
+    not_python.chmod(0o755)
+    return {"causal_lm": str(save_tiny_causal_lm(root / "causal_lm")), "not_python": str(not_python)}
+
+
+@pytest.mark.parametrize("case, args, said", REWARD_SOURCE_CASES, ids=[c[0] for c in REWARD_SOURCE_CASES])
+def test_a_bad_reward_source_ends_in_one_clear_line(case, args, said, source_files, monkeypatch, tmp_path, capsys):
+    code, err, seconds = run_cli(monkeypatch, tmp_path, capsys, fill(args, source_files))
+    assert_one_clear_line(code, err, seconds, said, tmp_path / "run")

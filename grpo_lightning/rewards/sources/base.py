@@ -72,6 +72,15 @@ def register_source(name: str, *, options: type) -> Callable[[type], type]:
     return decorator
 
 
+def build_sources(functions: Any) -> None:
+    """Build now each reward source among ``functions`` (as a scorer holds them, under a time limit
+    or not), so a bad URL, key or folder stops the run when it starts, not at its first batch."""
+    for fn in functions:
+        fn = getattr(fn, "fn", fn)  # a LimitedReward's function
+        if isinstance(fn, SourceReward):
+            fn.built()
+
+
 def bind_sources(config: Any) -> None:
     """Give each registered source its options from the ``rewards`` config group (build calls it)."""
     for name, options in config.nodes().items():

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import warnings
 from collections import Counter
@@ -27,9 +28,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpo_lightning.config.base import Schema, check, option
-from grpo_lightning.errors import DataError
+from grpo_lightning.errors import ConfigError, DataError
 from grpo_lightning.rewards.sources.base import register_source
-from grpo_lightning.rewards.sources.sandbox import Limits, isolation_problem, private_paths, run_tests
+from grpo_lightning.rewards.sources.sandbox import (
+    Limits,
+    SandboxError,
+    interpreter,
+    isolation_problem,
+    prefixes,
+    private_paths,
+    run_tests,
+)
 from grpo_lightning.rewards.sources.text import message_text
 
 FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -62,6 +71,14 @@ class CodeTestsOptions(Schema):
             check(problems, getattr(self, name) >= 1, f"{p}{name}={getattr(self, name)} must be >= 1")
         check(problems, self.wall_s > 0, f"{p}wall_s={self.wall_s} must be > 0")
         check(problems, bool(self.tests_column), f"{p}tests_column is empty; name the column holding the tests")
+        check(
+            problems,
+            os.sep not in self.python or os.access(self.python, os.X_OK),
+            f"{p}python={self.python!r} is not an executable file; give a path to a Python interpreter or a name "
+            "on /usr/local/bin:/usr/bin:/bin",
+        )
+        for folder in self.visible:
+            check(problems, os.path.isdir(folder), f"{p}visible names {folder!r}, which is not a folder here")
         return problems
 
     def limits(self) -> Limits:
@@ -156,6 +173,13 @@ class CodeTestsReward:
     bounds_itself = True  # by its options, or by compute alone: task.reward_timeout_s leaves it alone
 
     def __init__(self, options: CodeTestsOptions):
+        try:
+            prefixes(interpreter(options.python))
+        except SandboxError:
+            raise ConfigError(
+                f"rewards.code_tests.python={options.python!r} ({interpreter(options.python)}) does not run: give a "
+                "Python interpreter the sandbox can start"
+            ) from None
         if options.isolate and (problem := isolation_problem(options.python)) is not None:
             warnings.warn(
                 f"code_tests: the isolated sandbox cannot be built here ({problem}), so programs run WITHOUT it: "
