@@ -15,7 +15,6 @@ rollout, and the fused decoder under half of the loop's. A sharded policy (FSDP)
 from __future__ import annotations
 
 import inspect
-
 import warnings
 
 import torch
@@ -24,8 +23,8 @@ from transformers import DynamicCache, GenerationConfig, LogitsProcessor, Logits
 
 from grpo_lightning.config import HF_DECODERS, TrainConfig
 from grpo_lightning.models.compile import eager_generation
-from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.models.sharding import is_sharded
+from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.engine import ENGINES, Completion, EngineBase, GenerationRequest, Sampling
 from grpo_lightning.rollout.fused_decode import FusedDecoder, FusedWeights, fused_decode_support
 from grpo_lightning.rollout.graph_decode import (
@@ -272,7 +271,7 @@ class HFEngine(EngineBase):
         support = graph_decode_support if self.decoder == "graph" else fused_decode_support
         unsupported = support(self.model, mask.shape[1] + max_steps)
         if unsupported is not None:
-            from lightning.pytorch.utilities import rank_zero_info  # noqa: PLC0415 - vLLM workers import rollout/
+            from lightning.pytorch.utilities import rank_zero_info  # noqa: PLC0415  (lightning: vLLM workers import rollout/)
 
             rank_zero_info(
                 f"rollout.hf_decoder={self.decoder}: decoding with the model's forward instead: {unsupported}"
