@@ -289,7 +289,7 @@ class HFEngine(EngineBase):
     def _completions(self, new_tokens: torch.Tensor, step_logprobs: torch.Tensor) -> list[Completion]:
         """Each row's tokens up to and including its EOS, with the log-probs they were drawn with."""
         completions = []
-        for tokens, logprobs in zip(new_tokens.tolist(), step_logprobs.tolist()):
+        for tokens, logprobs in zip(new_tokens.tolist(), step_logprobs.tolist(), strict=True):
             finished = self.eos_token_id in tokens
             length = tokens.index(self.eos_token_id) + 1 if finished else len(tokens)
             completions.append(Completion(token_ids=tokens[:length], finished=finished, logprobs=logprobs[:length]))

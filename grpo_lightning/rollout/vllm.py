@@ -217,7 +217,7 @@ class VLLMEngine:
         for output in outputs:
             sample = output.outputs[0]
             tokens = list(sample.token_ids)
-            logprobs = [step[token].logprob for step, token in zip(sample.logprobs, tokens)]
+            logprobs = [step[token].logprob for step, token in zip(sample.logprobs, tokens, strict=True)]
             completions.append(Completion(token_ids=tokens, finished=sample.finish_reason == "stop", logprobs=logprobs))
         return completions
 

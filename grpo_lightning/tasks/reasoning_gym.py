@@ -138,7 +138,7 @@ def reasoning_gym_correct(prompts: list[str], completions: list[str], entry: lis
     """The dataset's own ``score_answer(extracted answer, entry)`` (1.0 for correct, partial credit where it
     gives any); a numeric reference also accepts an equivalent form (math-verify: ``0.5`` for ``1/2``)."""
     scores = []
-    for completion, e in zip(completions, entry):
+    for completion, e in zip(completions, entry, strict=True):
         guess = extract_answer(completion)
         score = score_answer(guess, e)
         if score < 1.0 and is_numeric(str(e["answer"])) and math_equal(guess, str(e["answer"])):
