@@ -68,7 +68,6 @@ def test_async_training_with_importance_sampling_logs_the_mismatch(vllm_session,
     cfg = small_config(steps=3, mode="async", lr=1e-2)
     cfg.algorithm.is_level = level
     cfg.algorithm.is_cap = 2.0
-    from grpo_lightning.build import build_run
 
     run = build_run(cfg, engine=vllm_session.engine)
     trainer = run.trainer(cfg, enable_progress_bar=False)

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import fit as fit_plain
+from conftest import make_config
 
 from grpo_lightning.build import build_run, fit
 from grpo_lightning.callbacks import HealthMonitor
@@ -200,8 +201,6 @@ def test_async_generations_in_flight_are_plain_and_come_back_exactly(tokenizer, 
 
 
 def test_health_monitor_memory_is_plain_and_comes_back_exactly():
-    from conftest import make_config
-
     run = fit_plain(make_config(3, **{"rollout.prompts_per_step": 4}))
     state = reload(run.health.state_dict())
     assert_plain(state)
@@ -243,8 +242,6 @@ def train(cfg):
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A real checkpoint, written after step 1 of a tiny run."""
-    from conftest import make_config
-
     folder = tmp_path_factory.mktemp("made")
     train(config(make_config, folder, "made", 1))
     [path] = checkpoints_in(folder / "made")

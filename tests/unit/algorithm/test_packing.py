@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import copy
 import random
+from dataclasses import fields, replace
 
 import pytest
 import torch
 from conftest import gradients
 
+import grpo_lightning.algorithm.objective as objective
+from grpo_lightning.algorithm import packing
 from grpo_lightning.algorithm.packing import first_fit_decreasing, pack_micro_batch
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.models.forward import CompletionLogProbs
+from grpo_lightning.step.micro_batches import micro_batches
 from grpo_lightning.step.module import GRPOModule
 
 CASES = 60
@@ -139,13 +143,9 @@ def test_probe_passes_for_transformers_llama_and_training_runs_packed(policy, ro
 
 def test_each_micro_batch_is_packed_once_for_all_its_passes(policy, rollout, monkeypatch):
     """The checkpointing choice, the reference pass and the policy pass share one packing."""
-    from grpo_lightning.algorithm import packing
-
     calls = []
     real = packing.pack_micro_batch
     monkeypatch.setattr(packing, "pack_micro_batch", lambda *a: calls.append(a) or real(*a))
-    import grpo_lightning.algorithm.objective as objective
-
     monkeypatch.setattr(objective, "pack_micro_batch", packing.pack_micro_batch)
     module = GRPOModule(copy.deepcopy(policy), AlgorithmConfig(beta=0.04, micro_batch_size=6), auto_checkpointing=True)
     module.forward_pass.packing_verified = True  # the probe packs its own rows
@@ -158,8 +158,6 @@ def test_each_micro_batch_is_packed_once_for_all_its_passes(policy, rollout, mon
 
 def _repeated(rollout, times: int):
     """The rollout's rows ``times`` over (every per-row tensor repeated along the batch)."""
-    from dataclasses import fields, replace
-
     rows = rollout.num_sequences
     repeated = {
         f.name: value.repeat(times, *([1] * (value.dim() - 1)))
@@ -172,8 +170,6 @@ def _repeated(rollout, times: int):
 
 def test_auto_micro_batches_hold_every_short_sequence_of_the_rollout_at_once(policy, rollout):
     """auto decides from the rollout's used width: 96 short rows are one pass, not three of 32."""
-    from grpo_lightning.step.micro_batches import micro_batches
-
     big = _repeated(rollout, 6)
     (whole,) = micro_batches(big, big.num_sequences)
     assert big.used_width == whole.input_ids.shape[1]  # the trimmed width of a micro-batch of every row

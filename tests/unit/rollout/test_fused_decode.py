@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import warnings
 
+import peft
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
@@ -180,8 +181,6 @@ def test_unsupported_models_and_autocast_keep_the_forward(policy, tokenizer):
 
 
 def test_a_lora_policy_keeps_the_forward(policy):
-    import peft
-
     lora = peft.get_peft_model(policy, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     reason = fused_decode_support(lora.get_base_model(), 16)
     assert reason is not None and "LoRA" in reason
