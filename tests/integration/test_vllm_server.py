@@ -124,7 +124,12 @@ def completions_of(cfg) -> list[list[tuple[int, ...]]]:
     class Record(L.Callback):
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
             rollout = module.last_step.rollout
-            seen.append([tuple(r[m.bool()].tolist()) for r, m in zip(rollout.completion_ids, rollout.completion_mask)])
+            seen.append(
+                [
+                    tuple(r[m.bool()].tolist())
+                    for r, m in zip(rollout.completion_ids, rollout.completion_mask, strict=True)
+                ]
+            )
             assert (
                 rollout.weight_version
                 == trainer.global_step - 1 - (cfg.rollout.max_staleness if cfg.rollout.mode == "async" else 0)

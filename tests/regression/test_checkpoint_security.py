@@ -84,7 +84,7 @@ def same(a, b) -> bool:
     if isinstance(a, deque) and a.maxlen != b.maxlen:
         return False
     if isinstance(a, (list, tuple, deque)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict):
         return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     if isinstance(a, Alert):
@@ -207,7 +207,7 @@ def test_health_monitor_memory_is_plain_and_comes_back_exactly():
     loaded = HealthMonitor(run.health.config)
     loaded.load_state_dict(state)
     assert same(loaded.alerts, run.health.alerts) and loaded.active == run.health.active
-    for before, after in zip(run.health.checks, loaded.checks):
+    for before, after in zip(run.health.checks, loaded.checks, strict=True):
         saved = {k: v for k, v in vars(before).items() if k not in HealthMonitor._NOT_SAVED}
         assert same({k: vars(after)[k] for k in saved}, saved), before.name
 

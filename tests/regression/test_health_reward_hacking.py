@@ -26,7 +26,7 @@ def starts_with_seven(prompts, completions, **_):
 @register_reward("test_impossible")
 def impossible(prompts, completions, answer, **_):
     """A correctness reward the tiny model cannot earn: '<' and '>' are not in its alphabet."""
-    return [float(c.strip() == f"<{a}>") for c, a in zip(completions, answer)]
+    return [float(c.strip() == f"<{a}>") for c, a in zip(completions, answer, strict=True)]
 
 
 def hacking_run(steps: int, **overrides):

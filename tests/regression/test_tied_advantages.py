@@ -154,7 +154,9 @@ def test_mixed_batches_zero_only_the_tied_groups(scale):
                 tied.append(False)
         rewards = torch.tensor(groups).view(-1)
         expected_tied = tied_groups(rewards, group_size)
-        assert expected_tied.tolist() == [t or bool(rewards_equal(min(g), max(g))) for t, g in zip(tied, groups)]
+        assert expected_tied.tolist() == [
+            t or bool(rewards_equal(min(g), max(g))) for t, g in zip(tied, groups, strict=True)
+        ]
         adv = group_advantages(rewards, group_size, scale).view(num_groups, group_size)
         assert (adv[expected_tied] == 0).all()
         assert_healthy(adv.view(-1), rewards, group_size)

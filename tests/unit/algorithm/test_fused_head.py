@@ -60,7 +60,7 @@ def test_values_and_gradients_match_plain_autograd(case):
     assert finite.tolist() == want_ok.tolist() == (~poisoned).tolist()
     torch.testing.assert_close(logp.double(), want_logp, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(entropy[finite].double(), want_entropy[want_ok], rtol=1e-6, atol=1e-6)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert torch.isfinite(g).all()  # a poisoned row reaches no gradient
         torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import random
 from dataclasses import fields, replace
+from itertools import pairwise
 
 import pytest
 import torch
@@ -43,12 +44,12 @@ def test_first_fit_decreasing_places_every_sequence_within_capacity_without_over
         capacity = max(lengths)
         placement = first_fit_decreasing(lengths, capacity)
         spans: dict[int, list[tuple[int, int]]] = {}
-        for (row, offset), length in zip(placement, lengths):
+        for (row, offset), length in zip(placement, lengths, strict=True):
             assert offset + length <= capacity
             spans.setdefault(row, []).append((offset, offset + length))
         for row_spans in spans.values():
             row_spans.sort()
-            assert all(a[1] <= b[0] for a, b in zip(row_spans, row_spans[1:]))
+            assert all(a[1] <= b[0] for a, b in pairwise(row_spans))
         assert sorted(spans) == list(range(len(spans)))  # rows are numbered densely
         # first-fit decreasing never needs more rows than the sequences' total over capacity, x2 (+1)
         assert len(spans) <= 2 * sum(lengths) / capacity + 1

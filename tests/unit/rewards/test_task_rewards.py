@@ -86,7 +86,7 @@ def test_reasoning_gym_reward_on_every_generated_problem(arithmetic_entries):
     right = [f"<answer>{r['answer']}</answer>" for r in arithmetic_entries]
     assert reasoning_gym_correct([""] * len(entries), right, entry=entries) == [1.0] * len(entries)
     shifted = right[1:] + right[:1]
-    wrong = [a != b for a, b in zip(right, shifted)]
+    wrong = [a != b for a, b in zip(right, shifted, strict=True)]
     scores = reasoning_gym_correct([""] * len(entries), shifted, entry=entries)
     assert [s == 0.0 for s in scores] == wrong
 

@@ -107,7 +107,7 @@ def test_the_engine_checks_the_fused_decoder_once_then_keeps_it(policy, tokenize
         assert fused.fused_checked is True
         want = loop.generate(batch, sampling)
         assert [c.token_ids for c in got] == [c.token_ids for c in want]
-        for a, b in zip(got, want):
+        for a, b in zip(got, want, strict=True):
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
 
 

@@ -180,7 +180,7 @@ def test_trl_style_reward_functions_work_unchanged():
 
     def exact(prompts, completions, answer, completion_ids, trainer_state):  # no **kwargs: gets only these
         seen["ids"], seen["step"] = completion_ids, trainer_state.global_step
-        return [float(c == a) for c, a in zip(completions, answer)]
+        return [float(c == a) for c, a in zip(completions, answer, strict=True)]
 
     started = asyncio.Event()
 
