@@ -18,6 +18,7 @@ from grpo_lightning.cli_errors import end_on_error, run_cli
 from grpo_lightning.config import TrainConfig, validate_config
 from grpo_lightning.config.compose import CONF_DIR, SCHEMA, finish, plan
 from grpo_lightning.config.early import early_check
+from grpo_lightning.config_docs import cli_help
 from grpo_lightning.runtime.logging_setup import HTTP_LOGGERS, quiet_http_logs
 
 _SCHEMA = SCHEMA  # the schema Hydra composes onto (grpo_lightning/config/compose.py says why)
@@ -46,7 +47,7 @@ class Interrupted(Exception):
 def finish_logger(trainer) -> None:
     """Close a wandb run before the process exits: Lightning's WandbLogger leaves that to wandb's
     exit hook, which on a loaded machine could lose the last history row (the final evaluation)."""
-    from lightning.pytorch.loggers import WandbLogger
+    from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415  (lightning: after trainer.huge_pages)
 
     for logger in trainer.loggers:
         if isinstance(logger, WandbLogger) and logger._experiment is not None:
@@ -58,11 +59,11 @@ def run(cfg: TrainConfig, logged_config: dict | None = None) -> dict[str, float]
 
     Raises :class:`Interrupted` when a signal stopped the run (its checkpoint is written)."""
     validate_config(cfg)  # before transformers and Lightning are imported: a bad value answers at once
-    from grpo_lightning.models.allocator import apply_huge_pages  # noqa: PLC0415  (imports transformers)
+    from grpo_lightning.models.allocator import apply_huge_pages  # noqa: PLC0415  (transformers' models: after validation)
 
     apply_huge_pages(cfg.trainer.huge_pages)
     # Only now: importing lightning makes torch's first CPU allocation, which fixes the allocator.
-    from grpo_lightning.build import build_run, fit  # noqa: PLC0415
+    from grpo_lightning.build import build_run, fit  # noqa: PLC0415  (lightning: after trainer.huge_pages)
 
     built = build_run(cfg, logged_config=logged_config)
     trainer = built.trainer(cfg)
@@ -128,8 +129,6 @@ def cli() -> None:
     :mod:`grpo_lightning.cli_errors` says (one or two lines and exit 2 for what the user can fix,
     a traceback for a bug). ``grpo-lightning help GROUP`` prints that group's keys with their help."""
     if sys.argv[1:2] == ["help"]:
-        from grpo_lightning.config_docs import cli_help
-
         sys.exit(cli_help(sys.argv[2:]))
     run_cli(_plan_then_main)
 
