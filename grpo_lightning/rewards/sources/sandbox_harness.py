@@ -14,6 +14,7 @@ modules) is reported with its answers, for the ``hacks`` count; it has no effect
 (patched builtins are put back: this side's own code needs them).
 """
 
+import atexit
 import builtins
 import os
 import sys
@@ -47,8 +48,6 @@ def _changed(before):
     if sys.gettrace() is not None or sys.getprofile() is not None:
         found.append("trace_hook")
     try:
-        import atexit
-
         if atexit._ncallbacks():
             found.append("atexit_handler")
     except Exception:  # noqa: BLE001  (a program may have broken the module)

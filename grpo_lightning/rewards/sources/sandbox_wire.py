@@ -98,11 +98,11 @@ def decode(data, depth=0, ref=Ref):
         if tag == "c" and _strings(rest, 2):
             return complex(float.fromhex(rest[0]), float.fromhex(rest[1]))
         if tag == "q" and _strings(rest, 2) and max(map(len, rest)) <= 5000:
-            import fractions
+            import fractions  # noqa: PLC0415  (each test's process starts with this file: import only if used)
 
             return fractions.Fraction(int(rest[0]), int(rest[1]))
         if tag == "D" and _strings(rest, 1) and len(rest[0]) <= 5000:
-            import decimal
+            import decimal  # noqa: PLC0415  (as fractions above)
 
             return decimal.Decimal(rest[0])
         if tag == "s" and _strings(rest, 1):
