@@ -9,8 +9,10 @@ code inside one long C call (a runaway regex) is interrupted when it returns to 
 that ``task.reward_process=true`` runs the function in a process that is killed instead. Off the
 main thread (no signal handlers there) the call runs in a daemon thread, abandoned at its limit.
 
-The handler stays installed once set (a signal sent just as a call ends must never meet the
+The handler stays installed after a call (a signal sent just as a call ends must never meet the
 default action, which ends the process); outside a call it does nothing but pass the signal on.
+It is checked before every call and set again if someone replaced it: Lightning's fit restores
+every signal's handler of before the fit when it ends, ours included.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from grpo_lightning.errors import RewardError
 SIGNAL = getattr(signal, "SIGUSR2", None)
 _state = threading.local()
 _previous: Any = None
-_installed = False
 _install_lock = threading.Lock()
 
 
@@ -61,13 +62,14 @@ def _on_signal(signum, frame) -> None:
         _previous(signum, frame)
 
 
-def _install() -> bool:
-    global _installed, _previous
+def _install() -> None:
+    """Ours as the signal's handler (again, if someone replaced it); what it replaced is passed the signal."""
+    global _previous
     with _install_lock:
-        if not _installed:
-            _previous = signal.signal(SIGNAL, _on_signal)
-            _installed = True
-    return True
+        current = signal.getsignal(SIGNAL)
+        if current is not _on_signal:
+            _previous = current
+            signal.signal(SIGNAL, _on_signal)
 
 
 def call_with_limit(fn, seconds: float, name: str, scored: int, *args: Any, **kwargs: Any) -> Any:

@@ -75,6 +75,17 @@ def test_a_signal_after_the_call_ended_is_harmless():
     time.sleep(0.05)
 
 
+def test_a_handler_restored_by_another_library_is_set_again():
+    """Lightning's fit puts back every signal's handler of before it when it ends: ours too."""
+    scorer(uses_sigalrm)(["p"], ["x"], {})
+    previous = signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+    try:
+        with pytest.raises(RewardTimeLimitError):
+            scorer(sleeps)(["p"], ["x"], {})
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+
+
 def test_process_mode_and_no_limit_are_still_there():
     fns = RewardScorer.from_names({"arithmetic_exact": 1.0}, 5, process=True).rewards
     assert isinstance(fns[0].fn, IsolatedReward)
