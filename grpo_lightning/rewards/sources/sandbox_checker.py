@@ -25,6 +25,7 @@ import builtins
 import ctypes
 import fcntl
 import importlib
+import json
 import os
 import resource
 import select
@@ -33,7 +34,7 @@ import time
 
 TYPE_CHECKING = False  # (no typing import: this file is imported by nothing, and typing costs time)
 if TYPE_CHECKING:  # the launcher runs sandbox_wire.py's text before this file's: these exist then
-    from grpo_lightning.rewards.sources.sandbox_wire import WireError, decode, dumps, encode, loads
+    from grpo_lightning.rewards.sources.sandbox_wire import WireError, decode, encode, frame, loads
 
 PR_SET_PDEATHSIG = 1
 EXITS = ("SystemExit", "KeyboardInterrupt")
@@ -150,7 +151,7 @@ class Channel:
 
     def send(self, request):
         try:
-            os.write(self.requests, dumps(request))
+            _write_all(self.requests, frame(request))
         except BrokenPipeError:
             raise TestFailed("error", "the program ended without an answer", self._exited()) from None
 
@@ -253,7 +254,7 @@ class Checker:
                 self.end_processes()
             hacks = set(record["hacks"]) | (self.channel.hacks if self.channel is not None else set())
             record.update(hacks=sorted(hacks), seconds=round(time.monotonic() - started, 4))
-            _write_all(1, dumps(record))
+            _write_all(1, json.dumps(record, separators=(",", ":")).encode() + b"\n")
             self.pid = self.channel = None
 
     def assert_test(self, assertion, started):

@@ -21,7 +21,7 @@ import sys
 
 TYPE_CHECKING = False  # (no typing import: this file is imported by nothing, and typing costs time)
 if TYPE_CHECKING:  # the launcher runs sandbox_wire.py's text before this file's: these exist then
-    from grpo_lightning.rewards.sources.sandbox_wire import decode, dumps, encode, loads
+    from grpo_lightning.rewards.sources.sandbox_wire import decode, encode, read_frame, to_json
 
 REQUESTS, REPLIES = 3, 4
 MAX_ITEMS = 100000
@@ -62,7 +62,7 @@ def _changed(before):
 def serve(path):
     replies = os.fdopen(REPLIES, "wb", buffering=0)
     requests = os.fdopen(REQUESTS, "rb")
-    write, readline, exc_name = replies.write, requests.readline, type  # kept before the program runs
+    write, next_request, exc_name = replies.write, read_frame, type  # kept before the program runs
     before = _snapshot()
     refs = []
 
@@ -71,7 +71,7 @@ def serve(path):
         return len(refs) - 1
 
     def send(message):
-        write(dumps(message))
+        write(to_json(message))
 
     namespace = {"__name__": "__main__", "__file__": path, "__builtins__": builtins, "__doc__": None}
     sys.argv = [path]
@@ -84,11 +84,11 @@ def serve(path):
         return
     send(["ready", _changed(before)])
     while True:
-        line = readline()
-        if not line:
+        request = next_request(requests)
+        if request is None:
             return
         try:
-            send(_answer(loads(line), namespace, refs, keep, before))
+            send(_answer(request, namespace, refs, keep, before))
         except BaseException as err:  # noqa: BLE001  (reported; the checker fails the test)
             send(["raised", exc_name(err).__name__, str(err)[:200], _changed(before)])
 
