@@ -18,6 +18,7 @@ from grpo_lightning.config import TrainConfig, validate_config
 from grpo_lightning.config.compose import CONF_DIR, SCHEMA, finish, plan
 from grpo_lightning.config.early import early_check
 from grpo_lightning.runtime.logging_setup import HTTP_LOGGERS, quiet_http_logs
+from grpo_lightning.runtime.run_lock import HydraCallbackRefused, release_all
 
 _SCHEMA = SCHEMA  # the schema Hydra composes onto (grpo_lightning/config/compose.py says why)
 __all__ = ["CONF_DIR", "HTTP_LOGGERS", "cli", "main", "quiet_http_logs", "run", "to_train_config"]
@@ -123,9 +124,12 @@ def _plan_then_main() -> None:
     sys.argv[1:] = steps.hydra
     try:
         main()
+    except HydraCallbackRefused as refused:  # the run folder's lock, refused before Hydra wrote anything there
+        raise refused.error from None
     finally:  # this command line's held-back overrides must not reach a later composition in the process
         _DEFERRED.clear()
         _EXPLICIT.clear()
+        release_all()  # the lock Hydra's callback took, when the run failed before fit released it
 
 
 if __name__ == "__main__":

@@ -6,6 +6,11 @@ a flock when its process dies, so a lock left by a killed run is simply taken ov
 rank 0 takes it (the other ranks of the same run would otherwise fight over it); ranks are read
 from the launcher's environment because the lock is taken before Lightning starts. A flock is
 per machine on most network file systems: it guards one host's runs, not two hosts sharing NFS.
+
+Under the CLI the lock is taken by a Hydra callback (:class:`LockBeforeHydraWrites`, named in
+``conf/train.yaml``) before Hydra writes ``.hydra/`` and ``train.log`` into the folder: a second
+run refused by the lock must not have overwritten the live run's recorded config or its log.
+``build_run`` then takes the same lock over from it, without a moment in which it is free.
 """
 
 from __future__ import annotations
@@ -15,6 +20,10 @@ import json
 import os
 import socket
 from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
 
 from grpo_lightning.errors import UserError
 
@@ -41,10 +50,14 @@ class RunLock:
 
     def acquire(self) -> RunLock:
         previous = _held.pop(self.path, None)
-        if previous is not None:  # a run of this process built earlier (a notebook): runs one after another
-            previous.release()
+        if previous is not None and previous._fd is not None:
+            # This process holds it already (the CLI's Hydra callback, or a run built earlier in a notebook):
+            # take the open lock over, so that no other process can slip in between.
+            self._fd, previous._fd = previous._fd, None
+            _held[self.path] = self
+            return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -75,6 +88,33 @@ class RunLock:
 def lock_run_folder(folder: str | Path) -> RunLock | None:
     """Take the run folder's lock on global rank 0 (None on the other ranks)."""
     return RunLock(folder).acquire() if is_global_rank_zero() else None
+
+
+def release_all() -> None:
+    """Free every lock this process holds (the CLI, when its command line ends however it ends)."""
+    for lock in list(_held.values()):
+        lock.release()
+
+
+class HydraCallbackRefused(BaseException):  # noqa: N818  (a carrier, not an error of its own)
+    """Carries a :class:`UserError` out of a Hydra callback: Hydra turns an ``Exception`` raised there
+    into a warning and goes on writing. The CLI re-raises :attr:`error` (``train._plan_then_main``)."""
+
+    def __init__(self, error: UserError):
+        super().__init__(str(error))
+        self.error = error
+
+
+class LockBeforeHydraWrites(Callback):
+    """Hydra callback: lock ``hydra.run.dir`` before Hydra writes anything into it (module docstring)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # Resolved on the config run_job reads it from: ${now:...} is cached there, so both name one folder.
+        folder = os.path.abspath(str(OmegaConf.select(config, "hydra.run.dir")))
+        try:
+            lock_run_folder(folder)
+        except UserError as err:
+            raise HydraCallbackRefused(err) from None
 
 
 def _read(fd: int) -> dict:
