@@ -50,10 +50,12 @@ class EpisodeRollout:
         parser: ToolParser | None = None,
         aggregator: str = "sum",
         failed_reward: float = 0.0,
+        env_name: str = "",
     ):
         self.make_env, self.limits, self.renderer, self.parser = make_env, limits, renderer, parser
         self.aggregate = REWARD_AGGREGATORS[aggregator]
         self.failed_reward = failed_reward
+        self.env_name = env_name  # named in failures and errors
         self.last_episodes: list[Episode] = []  # the latest batch's episodes, for reading and replay
 
     @classmethod
@@ -95,6 +97,7 @@ class EpisodeRollout:
             TOOL_PARSERS[parser] if parser else None,
             options.reward_aggregator,
             options.failed_reward,
+            options.environment,
         )
 
     def play(self, generator: Any, records: list[dict], step: int, rank: int) -> list[Episode]:
@@ -110,7 +113,13 @@ class EpisodeRollout:
         resets = [reset_seed(generator.seed, rank, step, i) for i in range(len(records)) for _ in range(g)]
         samples = group_seeds(generator.seed, rank, step, len(records), g)
         runner = EpisodeRunner(
-            engine or generator.engine, self.renderer, self.make_env, self.limits, generator.sampling, self.parser
+            engine or generator.engine,
+            self.renderer,
+            self.make_env,
+            self.limits,
+            generator.sampling,
+            self.parser,
+            env_name=self.env_name,
         )
         return runner.run(rows, resets, samples)
 
