@@ -15,7 +15,8 @@ the engine samples). A synchronous environment's calls each run in a daemon thre
 the GIL lets), and one abandoned by its step timeout never keeps the process from exiting. A failed
 episode (the environment raised, a timeout fired) keeps the tokens it has, is masked out of the
 loss and counted; it is never dropped, which would change group sizes and tensor shapes across
-ranks.
+ranks. What ``reset`` and ``step`` return is checked (``environments/returns.py``): a wrong
+return is the environment's bug, not a failed episode, and ends the run naming it.
 
 Seeds: the reset seed is one per group (every episode of a group plays the same game); each
 turn samples from a seed derived from its sample's seed and the turn index. Both are recorded.
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from grpo_lightning.environments import returns
 from grpo_lightning.environments.base import Environment, Message, Reset, Step, Turn, call_maybe_async
 from grpo_lightning.environments.daemon import awaited_in_daemon_thread, in_daemon_thread
 from grpo_lightning.environments.limits import (
@@ -263,7 +265,9 @@ class EpisodeRunner:
                     episode.info.setdefault("close_error", str(err))
 
     async def _play(self, env: Environment, row: dict, episode: Episode, batcher: TurnBatcher) -> None:
-        reset: Reset = await self._env_call(env, env.reset, episode.reset_seed, row)
+        reset: Reset = returns.checked(
+            self.env_name or type(env).__name__, "reset", await self._env_call(env, env.reset, episode.reset_seed, row)
+        )
         episode.messages = list(reset.messages)
         episode.num_prompt_messages = len(reset.messages)
         episode.tools = list(reset.tools)
@@ -283,7 +287,9 @@ class EpisodeRunner:
             episode.cut_turns += not completion.finished
             model_turn = self._turn(sampled, completion.finished, episode)
             episode.messages.append(_assistant_message(model_turn))
-            step: Step = await self._env_call(env, env.step, model_turn)
+            step: Step = returns.checked(
+                self.env_name or type(env).__name__, "step", await self._env_call(env, env.step, model_turn)
+            )
             episode.messages.extend(step.messages)
             episode.info.update(step.info)
             if step.reward is not None:
