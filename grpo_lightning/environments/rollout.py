@@ -13,6 +13,7 @@ sampled and environment tokens, failures, and the count of each stop reason.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +33,7 @@ from grpo_lightning.rewards.scorer import RewardState
 from grpo_lightning.rollout.seeding import group_seeds, sample_seed
 
 METRICS = "rollout/episodes/"
+log = logging.getLogger(__name__)
 
 
 def reset_seed(run_seed: int, rank: int, step: int, prompt_index: int) -> int:
@@ -57,6 +59,7 @@ class EpisodeRollout:
         self.failed_reward = failed_reward
         self.env_name = env_name  # named in failures and errors
         self.last_episodes: list[Episode] = []  # the latest batch's episodes, for reading and replay
+        self._failures_said: set[tuple[str, str]] = set()  # (stop reason, exception type) already shown
 
     @classmethod
     def from_task(
@@ -144,6 +147,7 @@ class EpisodeRollout:
         """Pad, score and count the episodes into the batch of ``step``; ``completions`` (async mode: after
         the staleness bound masked some tokens) replaces the episodes' own."""
         start = time.perf_counter()
+        self.say_failures(episodes, step)
         tokenizer, n = generator.tokenizer, len(episodes)
         rows = [record for record in records for _ in range(generator.num_generations)]
         if completions is None:
@@ -201,6 +205,23 @@ class EpisodeRollout:
             weight_version=min(versions) if versions else None,
             **RolloutBatch.pad_token_fields(completions),
         )
+
+    def say_failures(self, episodes: list[Episode], step: int) -> None:
+        """The first failure of each kind (stop reason and exception type), once per run: its message
+        names the environment, the call, the exception and where it was raised. Later ones are counted
+        (``rollout/episodes/failed``) and the ``episode_failures`` check alerts when they are many."""
+        failed = [e for e in episodes if e.failed]
+        for episode in failed:
+            kind = (episode.stop_reason, episode.error_type)
+            if kind in self._failures_said:
+                continue
+            self._failures_said.add(kind)
+            alike = sum((e.stop_reason, e.error_type) == kind for e in failed)
+            log.warning(
+                f"{episode.stop_reason} in {alike} of {len(episodes)} episodes of step {step}, the first: "
+                f"{episode.error}. Failed episodes are masked out of the loss with task.failed_reward; "
+                f"the episode_failures check alerts when many fail."
+            )
 
 
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
