@@ -17,6 +17,7 @@ from grpo_lightning.cli_errors import end_on_error, run_cli
 from grpo_lightning.config import TrainConfig, validate_config
 from grpo_lightning.config.compose import CONF_DIR, SCHEMA, finish, plan
 from grpo_lightning.config.early import early_check
+from grpo_lightning.runtime import process_exit
 from grpo_lightning.runtime.logging_setup import HTTP_LOGGERS, quiet_http_logs
 from grpo_lightning.runtime.run_lock import HydraCallbackRefused, release_all
 
@@ -113,7 +114,16 @@ def cli() -> None:
         from grpo_lightning.config_docs import cli_help
 
         sys.exit(cli_help(sys.argv[2:]))
-    run_cli(_plan_then_main)
+    if getattr(sys.modules.get("__main__"), "cli", None) is cli:  # the console script or python -m: our process
+        process_exit.own_process()  # it ends, whatever threads user code leaves behind (process_exit.py)
+    try:
+        run_cli(_plan_then_main)
+    except SystemExit as stop:
+        process_exit.set_exit_code(stop.code)
+        raise
+    except BaseException:
+        process_exit.set_exit_code(1)
+        raise
 
 
 def _plan_then_main() -> None:
