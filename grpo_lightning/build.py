@@ -46,7 +46,7 @@ from grpo_lightning.run_objects import take_objects
 from grpo_lightning.runtime.checkpoints import RunCheckpoints, checkpoints_in, fit_refusing_code, resume_path
 from grpo_lightning.runtime.csv_logger import ResumableCSVLogger, csv_version
 from grpo_lightning.runtime.logging_setup import quiet_console
-from grpo_lightning.runtime.resume_check import config_record
+from grpo_lightning.runtime.resume_check import check_before_loading, config_record
 from grpo_lightning.runtime.run_lock import RunLock, lock_run_folder
 from grpo_lightning.step.module import GRPOModule
 from grpo_lightning.tasks import source_weights, task_records, task_scorer
@@ -70,6 +70,7 @@ class Run:
     checkpoints: RunCheckpoints | None = None  # periodic checkpoints, hf/ export, SIGINT/SIGTERM
     lock: RunLock | None = None  # the output folder's lock (global rank 0), released when fit ends
     report: RunReport | None = None  # report.png, summary.json, completions.jsonl in the output folder
+    resume_from: Path | None = None  # the checkpoint trainer.resume names (checked before the model loaded)
 
     @property
     def rollout(self) -> RolloutGenerator:
@@ -137,7 +138,7 @@ def fit(run: Run, trainer: L.Trainer, cfg: TrainConfig) -> None:
     """``Trainer.fit`` (from ``trainer.resume``'s checkpoint if any) with the baseline evaluation
     before a fresh run and a final one if the last step had none."""
     has_val = bool(run.datamodule.val_records)
-    ckpt_path = resume_path(cfg.trainer.resume, cfg.trainer.output_dir)
+    ckpt_path = run.resume_from
     if has_val and cfg.eval.before_training and ckpt_path is None:
         trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
     try:
@@ -225,6 +226,10 @@ def build_run(
         records = checked("train_dataset", *records, prompt_check(cfg, loaded))
     datamodule = build_datamodule(cfg, records)
     check_memory(cfg)  # a batch that cannot fit: refused now, not minutes into the first step
+    resume_from = resume_path(cfg.trainer.resume, cfg.trainer.output_dir)
+    record = config_record(cfg)
+    # Another model shape, a refused change, a truncated file: one line now, not after the model loads.
+    check_before_loading(resume_from, record, cfg.trainer.max_steps, cfg.trainer.resume_allow_changes)
     # After the data: a run that fails on its inputs says only what failed (cli_errors).
     if cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available():
         report = huge_pages_report(cfg.trainer.huge_pages)
@@ -294,7 +299,7 @@ def build_run(
         every_n_steps=t.checkpoint_every_n_steps,
         keep=t.keep_checkpoints,
         export_every_n_steps=t.export_every_n_steps,
-        config=config_record(cfg),
+        config=record,
         allow_changes=t.resume_allow_changes,
     )
     lg = cfg.logger
@@ -303,7 +308,7 @@ def build_run(
     logger = build_logger(cfg, logged_config)
     if isinstance(logger, WandbLogger) and cfg.logger.table_every_n_steps > 0:
         callbacks.append(CompletionsTable(cfg.logger.table_every_n_steps, cfg.logger.table_rows))
-    return Run(module, datamodule, callbacks, logger, tokenizer, health, checkpoints, lock, report)
+    return Run(module, datamodule, callbacks, logger, tokenizer, health, checkpoints, lock, report, resume_from)
 
 
 def _context(policy) -> int | None:

@@ -48,7 +48,8 @@ class TrainerConfig(Schema):
     )
     resume_allow_changes: bool = option(
         False,
-        "Resume even when model, task, num_generations, prompts_per_step or seed differ (then not exact).",
+        "Resume even when model name, task, num_generations, prompts_per_step or seed differ (then not exact); "
+        "another model shape is refused always, other changes are applied and said.",
     )
     memory_check: bool = option(
         True, "Refuse a run whose estimated peak memory of one step exceeds the free memory, before the model loads."
