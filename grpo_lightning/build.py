@@ -137,20 +137,20 @@ def validation_kwargs(cfg: TrainConfig, datamodule: PromptDataModule) -> dict:
 def fit(run: Run, trainer: L.Trainer, cfg: TrainConfig) -> None:
     """``Trainer.fit`` (from ``trainer.resume``'s checkpoint if any) with the baseline evaluation
     before a fresh run and a final one if the last step had none."""
-    has_val = bool(run.datamodule.val_records)
-    ckpt_path = run.resume_from
-    if has_val and cfg.eval.before_training and ckpt_path is None:
-        trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
     try:
+        has_val = bool(run.datamodule.val_records)
+        ckpt_path = run.resume_from
+        if has_val and cfg.eval.before_training and ckpt_path is None:
+            trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
         fit_refusing_code(trainer, run.module, run.datamodule, ckpt_path)  # checkpoints load as data, never code
-    finally:
+        if run.checkpoints is not None and run.checkpoints.interrupted is not None:
+            return
+        every, batches = cfg.eval.every_n_steps, run.datamodule.num_batches or 0
+        if has_val and every > 0 and batches % min(every, batches or every):
+            trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
+    finally:  # after the last write of the run (the final evaluation's report): the user's umask comes back
         if run.lock is not None:
             run.lock.release()
-    if run.checkpoints is not None and run.checkpoints.interrupted is not None:
-        return
-    every, batches = cfg.eval.every_n_steps, run.datamodule.num_batches or 0
-    if has_val and every > 0 and batches % min(every, batches or every):
-        trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
 
 
 def build_logger(cfg: TrainConfig, logged_config: dict | None = None) -> Logger | bool:
@@ -213,7 +213,8 @@ def build_run(
     validate_config(cfg)
     quiet_console(load_vllm=cfg.rollout.engine == "vllm")  # third-party notes nobody acts on (logging_setup.py)
     rank_zero_info("config (values that differ from the defaults): " + ", ".join(differences(cfg)))
-    lock = lock_run_folder(cfg.trainer.output_dir)  # a second run in this folder fails here, at once
+    # A second run in this folder fails here, at once; what this one writes is private to its user.
+    lock = lock_run_folder(cfg.trainer.output_dir, private=not cfg.trainer.share_outputs)
     apply_huge_pages(cfg.trainer.huge_pages)  # in time only if nothing allocated yet (allocator.py)
     if cfg.trainer.num_threads > 0:
         torch.set_num_threads(cfg.trainer.num_threads)
