@@ -100,8 +100,9 @@ def run_python(code: str, stdin: str = "", limits: Limits = Limits()) -> RunResu
     workdir = Path(tempfile.mkdtemp(prefix="grpo-sandbox-"))
     try:
         (workdir / "program.py").write_text(code)
-        if root:
+        if root:  # the program's own uid must read it whatever the umask (a run's is 077: run_lock.py)
             os.chown(workdir, uid, uid)
+            os.chown(workdir / "program.py", uid, uid)
         command = [
             sys.executable,
             "-I",

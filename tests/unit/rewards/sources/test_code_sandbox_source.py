@@ -66,6 +66,15 @@ def test_stdin_stdout_programs(clean, name, code, expected):
     assert score(code) == expected, name
 
 
+def test_a_program_runs_whatever_the_umask(clean):
+    """A run's umask is 077 (its output is private): the sandbox's own uid must still read the program."""
+    before = os.umask(0o077)
+    try:
+        assert run_python("print(6 * 7)").stdout.strip() == "42"
+    finally:
+        os.umask(before)
+
+
 def test_assert_tests_and_partial_credit(clean):
     half = "def add(a, b):\n    return a + b if a >= 0 else 99"
     assert score("def add(a, b):\n    return a + b", ADD_ASSERTS) == 1.0
