@@ -26,28 +26,24 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import inspect
 import struct
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from grpo_lightning.environments import returns
-from grpo_lightning.environments.base import Environment, Message, Reset, Step, Turn, call_maybe_async
-from grpo_lightning.environments.daemon import awaited_in_daemon_thread, in_daemon_thread
+from grpo_lightning.environments.base import Environment, Message, Reset, Step, Turn
+from grpo_lightning.environments.calls import EnvironmentCallFailed, call_environment, label, made
+from grpo_lightning.environments.daemon import in_daemon_thread
 from grpo_lightning.environments.limits import (
     DONE,
-    ENV_ERROR,
     EPISODE_TIMEOUT,
     FAILURES,
     MAX_TURNS,
-    STEP_TIMEOUT,
     EpisodeLimits,
 )
 from grpo_lightning.environments.render import ChatRenderer
-from grpo_lightning.errors import StoppedAtOnce, UserError
 from grpo_lightning.rollout.engine import Completion, GenerationRequest, RolloutEngine, Sampling
 
 ToolParser = Callable[[str], tuple[list[dict[str, Any]], list[str]]]
@@ -239,29 +235,20 @@ class EpisodeRunner:
         engine's or the template's failure ends the run."""
         env = None
         try:
-            try:
-                env = self.make_env(row)
-            except UserError:  # the user's configuration (a tool without a schema): the run's error
-                raise
-            except Exception as err:
-                raise _EnvFailure(f"{self._name()}: could not be made: {_raised(err)}") from err
+            env = made(self.make_env, row, self.env_name)  # a UserError (the user's configuration) ends the run
             await asyncio.wait_for(self._play(env, row, episode, batcher), self.limits.episode_timeout_s)
         except TimeoutError:
             episode.stop_reason = EPISODE_TIMEOUT
-            episode.error = (
-                f"{self._name(env)}: the episode took over task.episode_timeout_s={self.limits.episode_timeout_s:g} s"
-            )
-        except _StepTimeout as err:
-            episode.stop_reason, episode.error = STEP_TIMEOUT, str(err)
-        except _EnvFailure as err:
-            episode.stop_reason, episode.error = ENV_ERROR, str(err)
-            episode.error_type = type(err.__cause__).__name__
+            timeout = self.limits.episode_timeout_s
+            episode.error = f"{label(self.env_name, env)}: the episode took over task.episode_timeout_s={timeout:g} s"
+        except EnvironmentCallFailed as err:
+            episode.stop_reason, episode.error, episode.error_type = err.kind, str(err), err.error_type
         finally:
             batcher.finished()
             if env is not None:
                 try:
                     await self._env_call(env, env.close)
-                except Exception as err:  # a failing close is recorded, never raised
+                except EnvironmentCallFailed as err:  # a failing close is recorded, never raised
                     episode.info.setdefault("close_error", str(err))
 
     async def _play(self, env: Environment, row: dict, episode: Episode, batcher: TurnBatcher) -> None:
@@ -326,40 +313,9 @@ class EpisodeRunner:
             episode.engine_logprobs = False
         episode.logprobs.extend(list(logprobs) if logprobs is not None else [0.0] * len(ids))
 
-    def _name(self, env: Any = None) -> str:
-        """``environment '<name>'``, as errors name it: its registered name, else its class."""
-        return f"environment {self.env_name or (type(env).__name__ if env is not None else '?')!r}"
-
     async def _env_call(self, env: Any, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call the environment: a coroutine on the loop, a plain function in a daemon thread of its own
-        (so synchronous environments overlap each other and generation; abandoned, not stopped, when the
-        step timeout fires, and never waited for at exit); failures become the episode's failure."""
-        timeout = self.limits.step_timeout_s
-        call = f"{getattr(fn, '__name__', 'call')}()"
-        try:
-            if inspect.iscoroutinefunction(fn):
-                return await asyncio.wait_for(call_maybe_async(fn, *args), timeout)
-            work = awaited_in_daemon_thread(fn, *args, name=f"env-{call[:-2]}")
-            result = await asyncio.wait_for(work, timeout)
-            if inspect.isawaitable(result):  # a plain function that hands back a coroutine
-                result = await asyncio.wait_for(result, timeout)
-            return result
-        except TimeoutError as err:
-            raise _StepTimeout(
-                f"{self._name(env)}: {call} took over task.step_timeout_s={timeout:g} s (abandoned, still running)"
-            ) from err
-        except (asyncio.CancelledError, StoppedAtOnce, UserError):  # cancelled; the run's own stop; the user's config
-            raise
-        except (Exception, SystemExit) as err:  # sys.exit() in an environment fails its episode, not the run
-            raise _EnvFailure(f"{self._name(env)}: {call} raised {_raised(err)}") from err
-
-
-def _raised(err: BaseException) -> str:
-    """``Type: message (file:line in function)``: the exception and the innermost frame that raised it."""
-    frames = traceback.extract_tb(err.__traceback__)
-    where = f" ({frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
-    message = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {message[0] if message else ''}{where}"
+        """Call the environment under the step limit (``environments/calls.py``); a failure fails the episode."""
+        return await call_environment(env, fn, *args, timeout_s=self.limits.step_timeout_s, name=self.env_name)
 
 
 def _assistant_message(turn: Turn) -> Message:
@@ -367,14 +323,6 @@ def _assistant_message(turn: Turn) -> Message:
     if turn.tool_calls:
         message["tool_calls"] = [{"type": "function", "function": call} for call in turn.tool_calls]
     return message
-
-
-class _StepTimeout(Exception):
-    pass
-
-
-class _EnvFailure(Exception):
-    pass
 
 
 __all__ = ["Episode", "EpisodeRunner", "Step", "TurnBatcher", "turn_seed"]

@@ -90,7 +90,15 @@ class EpisodeRollout:
         def make_env(record: dict) -> Environment:
             return factory(options, record)
 
-        parser, lines = startup_report(renderer, make_env, row, getattr(options, "tool_parser", AUTO), model_name)
+        parser, lines = startup_report(
+            renderer,
+            make_env,
+            row,
+            getattr(options, "tool_parser", AUTO),
+            model_name,
+            options.environment,
+            options.step_timeout_s,
+        )
         for line in lines:
             rank_zero_info(line)
         return cls(
