@@ -83,8 +83,8 @@ class EpisodeTaskConfig(TaskConfig):
     )
     step_timeout_s: Optional[float] = option(
         STEP_TIMEOUT_S,
-        f"Seconds one environment reset/step/close may take (default {STEP_TIMEOUT_S:g}); then the episode fails "
-        "(step_timeout, naming the environment) and the call is abandoned. null: no limit (a hung step waits forever).",
+        f"Seconds one environment reset/step/close may take (default {STEP_TIMEOUT_S:g}); then the episode fails, "
+        "naming it. null: no limit (a hung step waits forever).",
     )
     failed_reward: float = option(0.0, "Reward of a failed episode (env error, timeout) in its group's statistics.")
     reward_aggregator: str = option("sum", "How per-step environment rewards become one: a REWARD_AGGREGATORS name.")
