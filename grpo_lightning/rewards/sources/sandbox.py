@@ -32,6 +32,7 @@ HERE = Path(__file__).parent
 LAUNCHER = str(HERE / "sandbox_launcher.py")  # run as a script, never imported here
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 UID_BASE = 200000 + (os.getpid() % 10000) * 64  # per trainer process: concurrent runs get distinct uids
+WORKDIR_PREFIX = "grpo-sandbox-"  # + the trainer's pid: its leftovers are told from another process's
 STARTUP_S = 15.0  # building the namespaces and the root, on a loaded machine; not a test's time
 
 
@@ -147,7 +148,8 @@ def run_tests(program: str, tests: list[str], mode: str, limits: Limits = Limits
     python = interpreter(limits.python)
     root = os.geteuid() == 0
     uid = UIDS.take() if root else -1
-    workdir = Path(tempfile.mkdtemp(prefix="grpo-sandbox-"))
+    # Unisolated, the program's working folder; isolated, only the launcher's cwd (its root is a tmpfs)
+    workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")) if not limits.isolate else Path("/")
     try:
         request = launch_request(program, tests, mode, limits, uid)
         if root and not limits.isolate:
@@ -159,7 +161,8 @@ def run_tests(program: str, tests: list[str], mode: str, limits: Limits = Limits
             if not limits.isolate:
                 remove_files_of(uid)
             UIDS.give(uid)
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not limits.isolate:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def launch_request(program: str, tests: list[str], mode: str, limits: Limits, uid: int) -> dict:

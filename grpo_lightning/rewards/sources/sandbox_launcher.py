@@ -92,7 +92,9 @@ def build_root(request, mounter, uid):
         if kind:
             sources.append((path, kind, os.open(real, os.O_PATH | os.O_CLOEXEC)))
     devices = [(d, os.open("/dev/" + d, os.O_PATH | os.O_CLOEXEC)) for d in DEVICES if os.path.exists("/dev/" + d)]
-    new = "/tmp" if os.path.isdir("/tmp") and not os.path.islink("/tmp") else os.getcwd()
+    new = "/tmp"  # covered in this mount namespace only
+    if not os.path.isdir(new) or os.path.islink(new):
+        fail("there is no /tmp folder to build the sandbox's root on")
     mounter.mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, f"size={request['limits']['scratch_mb']}m,mode=755")
     for path in WRITABLE:  # first: a visible folder below /tmp is mounted on top of these
         os.makedirs(new + path, exist_ok=True)
@@ -188,6 +190,7 @@ def checker(request, texts, workdir, isolated):
 
 
 def main():
+    os.umask(0o022)  # the root's folders are built here: a run's private 077 would hide /dev from the program
     request = json.loads(sys.stdin.buffer.read())
     texts = sources()  # before the host's files disappear
     mounter = Mounter()

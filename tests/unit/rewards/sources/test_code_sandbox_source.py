@@ -20,6 +20,7 @@ from grpo_lightning.rewards.sources.code_sandbox import CodeTestsOptions, CodeTe
 from grpo_lightning.rewards.sources.sandbox import (
     LAUNCHER,
     UID_BASE,
+    WORKDIR_PREFIX,
     Limits,
     interpreter,
     isolation_available,
@@ -34,7 +35,8 @@ ADD_ASSERTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2,
 
 
 def sandbox_dirs() -> set[str]:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "grpo-sandbox-*")))
+    """This process's sandbox folders (another xdist worker's may come and go meanwhile)."""
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), f"{WORKDIR_PREFIX}{os.getpid()}-*")))
 
 
 def run_processes() -> list[int]:
@@ -76,6 +78,17 @@ CORRECT = "a, b = map(int, input().split())\nprint(a + b)"
 )
 def test_stdin_stdout_programs(clean, name, code, expected):
     assert score(code) == expected, name
+
+
+def test_a_program_runs_whatever_the_umask(clean):
+    """A run's umask is 077 (its output is private): the sandbox's own uid must still read the program."""
+    before = os.umask(0o077)
+    try:
+        assert run_python("print(6 * 7)").stdout.strip() == "42"
+        assert score("def add(a, b):\n    return a + b", ADD_ASSERTS) == 1.0  # the checker, /dev, the harness
+        assert run_python("print(6 * 7)", limits=Limits(isolate=False)).stdout.strip() == "42"
+    finally:
+        os.umask(before)
 
 
 def test_assert_tests_and_partial_credit(clean):
