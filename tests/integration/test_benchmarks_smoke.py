@@ -26,10 +26,10 @@ import grpo_lightning.build
 import grpo_lightning.step.hooks as hooks_file
 import grpo_lightning.step.module as module_file
 from grpo_lightning.algorithm.corrections import CORRECTIONS
-from grpo_lightning.config import ModelConfig
+from grpo_lightning.config import ModelConfig, validate_config
 from grpo_lightning.config.compose import compose
 from grpo_lightning.health.mismatch import MismatchCheck
-from grpo_lightning.models import load_policy
+from grpo_lightning.models import build_char_tokenizer, build_tiny_policy, load_policy
 from grpo_lightning.step.module import GRPOModule
 from tests.helpers.lying_engines import OwnWeightsEngine
 
@@ -97,6 +97,8 @@ def test_every_benchmark_imports_and_has_a_main(name):
 # ---------------------------------------------------------------------------- --help where a run can't
 HELP_ONLY = {  # script -> an option its --help must list (what it needs that this suite has not)
     "code_task_smollm2": "--eval-every",  # vLLM and SmolLM2, minutes
+    "distill_context_smollm2": "--shots",  # SmolLM2, minutes (its commands: below)
+    "distill_tiny": "--teacher-steps",  # a teacher and 15 runs, minutes (its reading of a run: below)
     "gpu_decode_step": "--skip-compile",  # a GPU
     "gpu_head": "--budgets-mb",  # a GPU
     "lora_sync": "--syncs",  # vLLM and SmolLM2 (its sync loop: below)
@@ -139,6 +141,54 @@ def test_code_task_and_scale_out_configs_compose():
     for extra in scale_out.RUNS.values():
         cfg = compose([*scale_out.COMMON, *extra, "trainer.max_steps=2", "trainer.output_dir=out"])[0]
         assert cfg.rollout.vllm.sync.transport == "network" and cfg.trainer.devices == 2
+
+
+@pytest.mark.slow
+def test_distill_benchmarks_commands_compose_and_a_run_is_read(tmp_path):
+    """distill_tiny.py's and distill_context_smollm2.py's commands name real options (their teacher a tiny
+    folder), and a run's metrics.csv rows become steps and seconds to the threshold."""
+    distill_tiny = importlib.import_module("distill_tiny")
+    context = importlib.import_module("distill_context_smollm2")
+    teacher = str(tmp_path / "teacher")
+    tokenizer = build_char_tokenizer()
+    build_tiny_policy(tokenizer).save_pretrained(teacher)
+    tokenizer.save_pretrained(teacher)
+    for extra, _ in distill_tiny.METHODS.values():
+        overrides = [*distill_tiny.STUDENT, *(o.format(teacher=teacher) for o in extra), "trainer.output_dir=o"]
+        validate_config(compose(overrides)[0])
+    student = [*context.TASK, *context.PURE, "algorithm.teacher.kind=context", "trainer.output_dir=o"]
+    cfg = compose([*student, context.quoted("algorithm.teacher.context.system_prompt", context.few_shot_prompt(3))])[0]
+    assert cfg.algorithm.teacher.context.system_prompt.count("<answer>") == 4  # the preset's line and 3 examples
+    assert not any(cfg.task.rewards.values())
+    rewards = [0.0, 0.2, 0.6, 0.8, 1.0]  # the mean of the last 2 first reaches 0.5 at the 4th step: (0.6 + 0.8) / 2
+    rows = [
+        {
+            "step": str(i),
+            "reward/arithmetic_exact/mean": str(r),
+            "reward/arithmetic_close/mean": str(r),
+            "train/step_time": "0.5",
+        }
+        for i, r in enumerate(rewards)
+    ]
+    summary = distill_tiny.summarize(rows, window=2)
+    assert summary["steps_to_threshold"] == 4 and summary["train_seconds_to_threshold"] == 2.0
+    runs = [
+        {"method": m, "steps_to_threshold": s, "train_seconds_to_threshold": s, "reward_last_window": 0.5}
+        for m, s in (("grpo", 300), ("grpo", 330), ("grpo", None), ("distill", 100), ("distill", 110), ("distill", 90))
+    ]
+    table = distill_tiny.table(runs)
+    assert table["grpo"]["median_steps"] == 330 and table["distill"]["median_steps"] == 100
+    assert table["distill"]["grpo_steps_over_these"] == 3.3
+
+
+@pytest.mark.slow
+def test_distill_cost_times_every_variant_on_one_batch(run_main, tmp_path):
+    out = tmp_path / "cost.json"
+    printed = run_main("distill_cost", "--setting", "tiny", "--repeats", "1", "--out", str(out))
+    result = json.loads(out.read_text())
+    assert set(result["median_seconds"]) == {"grpo", "distill", "distill_kl", "jsd"}
+    assert all(finite(*m.values()) and m["cpu"] > 0 for m in result["median_seconds"].values())
+    assert result["over_grpo"]["grpo"] == {"wall": 1.0, "cpu": 1.0} and "x grpo" in printed
 
 
 def test_weight_sync_config_verifies_every_sync():
