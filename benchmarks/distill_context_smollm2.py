@@ -36,7 +36,8 @@ TASK = ["+preset=smollm2_reasoning_gym", "task.dataset=products", "+task.dataset
 PURE = ["task.rewards.reasoning_gym=0", "task.rewards.answer_format=0", "task.rewards.length_penalty=0"]
 BASE_SYSTEM = "Reply with only the final answer inside <answer></answer> tags."  # the preset's
 # Worked examples the student never sees, written by hand. The first 3 lift SmolLM2's held-out accuracy
-# on 1-digit products from 0.45 to 0.69 (64 problems); all 6 lower it to 0.31 (benchmarks/results/LOG.md).
+# on 1-digit products from 0.45 to 0.69 (64 problems; docs/distillation.md); all 6 gave 0.31 in an
+# exploratory evaluation whose output was not kept.
 SHOTS = [("7 * 2", "14"), ("3 * 6", "18"), ("9 * 8", "72"), ("4 * 5", "20"), ("6 * 7", "42"), ("8 * 3", "24")]
 
 
@@ -86,7 +87,9 @@ def val_accuracy(output_dir: Path) -> list[tuple[int, float]]:
     ]
 
 
-def student(work: Path, seed: int, steps: int, system: str, prompts: int) -> dict:
+def student(
+    work: Path, seed: int, steps: int, system: str, prompts: int, every: int = 0, baseline: bool = True
+) -> dict:
     out = work / f"student_seed{seed}"
     record = out / "result.json"
     if record.is_file():
@@ -98,7 +101,11 @@ def student(work: Path, seed: int, steps: int, system: str, prompts: int) -> dic
         quoted("algorithm.teacher.context.system_prompt", system),
     ]
     overrides += ["algorithm.beta=0", f"trainer.seed={seed}", f"trainer.max_steps={steps}", "logger=csv"]
-    overrides += [f"eval.num_prompts={prompts}"]
+    overrides += [
+        f"eval.num_prompts={prompts}",
+        f"eval.every_n_steps={every}",
+        f"eval.before_training={str(baseline).lower()}",
+    ]
     out.mkdir(parents=True, exist_ok=True)
     code, seconds, before, after = cli(overrides, out, out / "train.log")
     rows = read_steps(out)
@@ -111,8 +118,9 @@ def student(work: Path, seed: int, steps: int, system: str, prompts: int) -> dic
         "exit_code": code,
         "wall_seconds": seconds,
         "load_average": [before, after],
-        "accuracy_before": accuracy[0][1] if accuracy else None,
-        "accuracy_after": accuracy[-1][1] if len(accuracy) > 1 else None,
+        "accuracy_by_step": accuracy,
+        "accuracy_before": accuracy[0][1] if accuracy and accuracy[0][0] == 0 else None,
+        "accuracy_after": accuracy[-1][1] if accuracy and accuracy[-1][0] == steps else None,
         "seconds_per_step_median": statistics.median(times) if times else None,
         "distill_kl_first_last": [kl[0], kl[-1]] if kl else None,
         "argmax_agreement_first_last": [
@@ -134,6 +142,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--shots", type=int, default=3, help="worked examples in the teacher's system prompt")
     parser.add_argument("--eval-prompts", type=int, default=64)
+    parser.add_argument("--eval-every", type=int, default=0, help="also validate every n steps (0: at the end only)")
+    parser.add_argument(
+        "--no-before", action="store_true", help="skip the validation before training (greedy: the same every seed)"
+    )
     parser.add_argument("--out", help="the results' JSON (default: printed only)")
     args = parser.parse_args()
     work = Path(args.work)
@@ -142,7 +154,10 @@ def main() -> None:
     started = {"cpu": cpu_name(), "load_average": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M")}
     teacher = teacher_accuracy(work, system, args.eval_prompts)
     print(f"teacher (SmolLM2 with {args.shots} worked examples): held-out accuracy {teacher['accuracy']}", flush=True)
-    runs = [student(work, seed, args.steps, system, args.eval_prompts) for seed in args.seeds]
+    runs = [
+        student(work, seed, args.steps, system, args.eval_prompts, args.eval_every, not args.no_before)
+        for seed in args.seeds
+    ]
     results = {**started, "teacher_system_prompt": system, "teacher": teacher, "students": runs}
     results["load_average_end"] = os.getloadavg()
     print(json.dumps({k: v for k, v in results.items() if k != "teacher"}, indent=2))

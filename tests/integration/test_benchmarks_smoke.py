@@ -153,9 +153,11 @@ def test_distill_benchmarks_commands_compose_and_a_run_is_read(tmp_path):
     tokenizer = build_char_tokenizer()
     build_tiny_policy(tokenizer).save_pretrained(teacher)
     tokenizer.save_pretrained(teacher)
-    for extra, _ in distill_tiny.METHODS.values():
-        overrides = [*distill_tiny.STUDENT, *(o.format(teacher=teacher) for o in extra), "trainer.output_dir=o"]
-        validate_config(compose(overrides)[0])
+    # Every method's overrides in one composition (each key checked once; later values win).
+    every = dict.fromkeys(o.format(teacher=teacher) for extra, _ in distill_tiny.METHODS.values() for o in extra)
+    cfg = compose([*distill_tiny.STUDENT, *every, "trainer.output_dir=o"])[0]
+    validate_config(cfg)
+    assert cfg.algorithm.teacher.objective == "jsd" and cfg.algorithm.teacher.path == teacher
     student = [*context.TASK, *context.PURE, "algorithm.teacher.kind=context", "trainer.output_dir=o"]
     cfg = compose([*student, context.quoted("algorithm.teacher.context.system_prompt", context.few_shot_prompt(3))])[0]
     assert cfg.algorithm.teacher.context.system_prompt.count("<answer>") == 4  # the preset's line and 3 examples
