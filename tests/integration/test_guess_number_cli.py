@@ -9,6 +9,8 @@ import sys
 import pytest
 
 from grpo_lightning import train
+from grpo_lightning.config import ModelConfig
+from grpo_lightning.models import load_policy
 
 pytestmark = pytest.mark.slow  # a few seconds: a whole (short) run
 
@@ -45,3 +47,26 @@ def test_guess_number_trains_from_the_cli_and_logs_episode_metrics(tmp_path, mon
     printed = (tmp_path / "run" / "train.log").read_text()
     assert "tool-call parser: " in printed
     assert "chat template: no tools offered" in printed
+
+
+def test_a_teacher_scores_an_episodes_own_turns_where_the_student_sampled_them(tmp_path, monkeypatch):
+    """Distillation on episodes from the command line: a teacher folder holding the student's own initial
+    weights scores the first step's episodes (sampled by those weights) exactly as the student did, turn by
+    turn, past the environment's replies: KL 0 and the same argmax. A teacher reading other columns (an
+    environment's tokens, a turn shifted) would see other contexts and disagree."""
+    policy, tokenizer = load_policy(ModelConfig(name_or_path="tiny"))  # the CLI's student, as it starts
+    policy.save_pretrained(tmp_path / "teacher")
+    tokenizer.save_pretrained(tmp_path / "teacher")
+    monkeypatch.chdir(tmp_path)
+    args = [*ARGS, f"algorithm.teacher.path={tmp_path / 'teacher'}", f"hydra.run.dir={tmp_path}/run"]
+    monkeypatch.setattr(sys, "argv", ["grpo-lightning", *args])
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    try:
+        train.cli()
+    except SystemExit as stop:
+        assert stop.code in (0, None)
+    (file,) = (tmp_path / "run").rglob("metrics.csv")
+    first = next(row for row in csv.DictReader(file.open()) if row.get("distill/kl"))
+    assert first["step"] == "1" and float(first["rollout/episodes/env_tokens"]) > 0  # replies between the turns
+    assert abs(float(first["distill/kl"])) < 1e-5 and float(first["distill/kl_k3"]) < 1e-5
+    assert float(first["distill/argmax_agreement"]) > 0.99
