@@ -24,16 +24,22 @@ ARGS = (
 )
 
 
-def test_guess_number_trains_from_the_cli_and_logs_episode_metrics(tmp_path, monkeypatch, caplog):
-    caplog.set_level(logging.INFO)
+def run_cli(tmp_path, monkeypatch, *extra: str):
+    """``grpo-lightning`` with ARGS and ``extra`` in this process; the run's metrics.csv."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["grpo-lightning", *ARGS, f"hydra.run.dir={tmp_path}/run"])
+    monkeypatch.setattr(sys, "argv", ["grpo-lightning", *ARGS, *extra, f"hydra.run.dir={tmp_path}/run"])
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     try:
         train.cli()
     except SystemExit as stop:
         assert stop.code in (0, None)
     (file,) = (tmp_path / "run").rglob("metrics.csv")
+    return file
+
+
+def test_guess_number_trains_from_the_cli_and_logs_episode_metrics(tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.INFO)
+    file = run_cli(tmp_path, monkeypatch)
     rows = [row for row in csv.DictReader(file.open()) if row.get("reward/mean")]
     assert len(rows) == 2
     for row in rows:
@@ -57,15 +63,7 @@ def test_a_teacher_scores_an_episodes_own_turns_where_the_student_sampled_them(t
     policy, tokenizer = load_policy(ModelConfig(name_or_path="tiny"))  # the CLI's student, as it starts
     policy.save_pretrained(tmp_path / "teacher")
     tokenizer.save_pretrained(tmp_path / "teacher")
-    monkeypatch.chdir(tmp_path)
-    args = [*ARGS, f"algorithm.teacher.path={tmp_path / 'teacher'}", f"hydra.run.dir={tmp_path}/run"]
-    monkeypatch.setattr(sys, "argv", ["grpo-lightning", *args])
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    try:
-        train.cli()
-    except SystemExit as stop:
-        assert stop.code in (0, None)
-    (file,) = (tmp_path / "run").rglob("metrics.csv")
+    file = run_cli(tmp_path, monkeypatch, f"algorithm.teacher.path={tmp_path / 'teacher'}")
     first = next(row for row in csv.DictReader(file.open()) if row.get("distill/kl"))
     assert first["step"] == "1" and float(first["rollout/episodes/env_tokens"]) > 0  # replies between the turns
     assert abs(float(first["distill/kl"])) < 1e-5 and float(first["distill/kl_k3"]) < 1e-5
