@@ -123,6 +123,31 @@ class EpisodeRollout:
         final = episode.step_rewards[-1] if episode.stop_reason == DONE and episode.step_rewards else None
         return float(self.aggregate(list(episode.step_rewards), final))
 
+    def score(
+        self, scorer: Any, rows: list[dict], episodes: list[Episode], completion_ids: list[list[int]], step: int
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The weighted reward of each episode (``rows[i]`` the row episode i played), TRL-style: the first
+        messages as prompts, the rest as completions; a failed episode gets ``failed_reward``."""
+        fields = {key: [row.get(key) for row in rows] for key in rows[0] if key != "prompt"}
+        fields.update(
+            env_reward=[self.env_reward(e) for e in episodes],
+            messages=[e.messages for e in episodes],
+            info=[e.info for e in episodes],
+            stop_reason=[e.stop_reason for e in episodes],
+            num_turns=[e.num_turns for e in episodes],
+            max_new_tokens=[self.limits.horizon()] * len(episodes),
+        )
+        prompts = [e.messages[: e.num_prompt_messages] for e in episodes]
+        total, components = scorer(
+            prompts,
+            [e.completion_messages for e in episodes],
+            fields,
+            completion_ids=completion_ids,
+            trainer_state=RewardState(global_step=step),
+        )
+        failed = torch.tensor([e.failed for e in episodes], dtype=torch.bool)
+        return torch.where(failed, torch.full_like(total, self.failed_reward), total), components
+
     def assemble(
         self,
         generator: Any,
@@ -146,26 +171,8 @@ class EpisodeRollout:
         prompts_ids = [e.prompt_ids or [pad] for e in episodes]
         prompt_ids, prompt_mask = RolloutBatch.pad_prompts(prompts_ids, pad)
         completion_ids, completion_mask, finished, logprobs = RolloutBatch.pad_completions(completions, pad)
-        fields = {key: [row.get(key) for row in rows] for key in records[0] if key != "prompt"}
-        fields.update(
-            env_reward=[self.env_reward(e) for e in episodes],
-            messages=[e.messages for e in episodes],
-            info=[e.info for e in episodes],
-            stop_reason=[e.stop_reason for e in episodes],
-            num_turns=[e.num_turns for e in episodes],
-            max_new_tokens=[self.limits.horizon()] * n,
-        )
-        prompts = [e.messages[: e.num_prompt_messages] for e in episodes]
-        total, components = generator.scorer(
-            prompts,
-            [e.completion_messages for e in episodes],
-            fields,
-            completion_ids=[c.token_ids for c in completions],
-            trainer_state=RewardState(global_step=step),
-        )
-        failed = torch.tensor([e.failed for e in episodes], dtype=torch.bool)
+        total, components = self.score(generator.scorer, rows, episodes, [c.token_ids for c in completions], step)
         versions = [c.weight_version for c in completions if c.weight_version is not None]
-        total = torch.where(failed, torch.full_like(total, self.failed_reward), total)
         timing = {
             "rollout/seconds": seconds,
             "rollout/tokens_per_s": sum(e.sampled_tokens for e in episodes) / max(seconds, 1e-9),
@@ -183,6 +190,8 @@ class EpisodeRollout:
             temperature=generator.sampling.temperature,
             step=step,
             reward_components=components,
+            reward_metrics=generator.scorer.last_logs.metrics,  # what the rewards gave log_metric / log_extra
+            reward_extra=generator.scorer.last_logs.extra,
             finished=finished,
             engine_logprobs=logprobs,
             prompts=tokenizer.batch_decode(prompts_ids),
