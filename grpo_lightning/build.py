@@ -26,6 +26,7 @@ from grpo_lightning.data.mixture import head_per_source
 from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.environments.limits import EpisodeTaskConfig
 from grpo_lightning.environments.rollout import EpisodeRollout
+from grpo_lightning.evaluation.episodes import EpisodeEvaluator
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.allocator import apply_huge_pages, huge_pages_report, release_freed_memory
 from grpo_lightning.models.compile import compile_training_models
@@ -107,7 +108,8 @@ def build_datamodule(cfg: TrainConfig, records: tuple[list[dict], list[dict]] | 
     # where it names the source best (task=dataset: the file's row; generated tasks: the task).
     # ``records``: (train, val) given as objects to build_run, already vetted.
     train, val = records if records is not None else task_records(cfg.task, prompt_check(cfg))
-    if cfg.task.correctness_reward is None:  # nothing defines "correct": no held-out evaluation
+    episodes = isinstance(cfg.task.promoted(), EpisodeTaskConfig)  # held-out episodes: val/reward, val/success
+    if cfg.task.correctness_reward is None and not episodes:  # nothing defines "correct": no held-out evaluation
         val = []
     batches = -(-cfg.trainer.max_steps // cfg.algorithm.num_iterations)
     lookahead = cfg.rollout.max_staleness if cfg.rollout.mode == "async" else 0
@@ -281,6 +283,11 @@ def build_run(
         eval_pass_k=cfg.eval.pass_k,
         auto_checkpointing=checkpointing_mode(cfg.model.gradient_checkpointing) == "auto",
     )
+    if rollout.episodes is not None:
+        e = cfg.eval
+        module.evaluator = EpisodeEvaluator(
+            rollout, e.greedy, e.samples_per_row, e.max_new_tokens, task.success_info, task.success_reward
+        )
     if cfg.model.compile:
         compile_training_models(module)
     callbacks: list[L.Callback] = [TrainingSummary(), *callbacks]

@@ -31,8 +31,7 @@ class GuessNumberTaskConfig(EpisodeTaskConfig):
     rewards: dict[str, float] = option(
         {"environment": 1.0}, "Reward function name -> weight (environment: the game's)."
     )
-    # correctness_reward: null and val_fraction: 0 are in conf/task/guess_number.yaml (a promoted base config
-    # takes the shared keys from TaskConfig); from Python, pass correctness_reward=None.
+    val_fraction: float = option(0.125, "Share of the games held out (played every eval.every_n_steps: val/*).")
     max_turns: int = option(6, "Guesses per game at most (stop reason max_turns).")
     max_number: int = option(8, "The hidden number is drawn from 1..max_number.")
     turn_cost: float = option(0.1, "Reward lost per guess after the first; solving earns 1 - turn_cost x (turns - 1).")
@@ -68,9 +67,11 @@ class GuessNumberEnv:
         guess = read_guess(turn.text)
         if guess == self.secret:
             reward = max(0.0, 1.0 - self.turn_cost * (self.turns - 1))
-            return Step([{"role": "user", "content": FOUND}], reward, True, {"solved": True, "turns": self.turns})
+            info = {"solved": True, "success": True, "turns": self.turns}
+            return Step([{"role": "user", "content": FOUND}], reward, True, info)
         reply = UNREADABLE if guess is None else HIGHER if guess < self.secret else LOWER
-        return Step([{"role": "user", "content": reply}], 0.0, False, {"solved": False, "turns": self.turns})
+        info = {"solved": False, "success": False, "turns": self.turns}
+        return Step([{"role": "user", "content": reply}], 0.0, False, info)
 
     def close(self) -> None:
         """Nothing to release."""

@@ -75,6 +75,7 @@ def test_summary_picks_best_and_final_values_and_places_alerts_at_their_optimize
     assert summary["best"]["val/accuracy"] == {"value": 0.5, "step": 6}
     assert summary["final"]["val/accuracy"] == 0.4 and summary["final"]["num_tokens"] == 1200.0
     assert summary["alerts"][0]["step"] == 5 and summary["alerts"][0]["generation_batch"] == 4
+    assert summary["held_out"] == {"before": report.validations[0], "after": report.validations[-1]}
     path, rows, validations, alerts, _ = drawn[0]
     assert path == tmp_path / "report.png" and rows is report.history and alerts[0]["step"] == 5
     assert [line.split()[0] for line in output_lines(summary)] == ["report", "summary"]
