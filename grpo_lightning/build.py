@@ -122,6 +122,7 @@ def build_datamodule(cfg: TrainConfig, records: tuple[list[dict], list[dict]] | 
         val_batch_size=cfg.eval.batch_size,
         lookahead=lookahead,
         source_weights=source_weights(cfg.task),
+        needs_prompts=not episodes,
     )
 
 

@@ -85,6 +85,9 @@ def evaluation_config(cfg: TrainConfig) -> tuple[TrainConfig, str, Path]:
         model=model,
         logger=replace(cfg.logger, kind="none"),
         trainer=replace(cfg.trainer, output_dir=scratch, resume=None),
+        # No training step: a data set smaller than the training batch evaluates too.
+        rollout=replace(cfg.rollout, prompts_per_step=1),
+        algorithm=replace(cfg.algorithm, micro_batch_size="auto"),
     )
     return cfg, kind, where
 

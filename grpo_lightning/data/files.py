@@ -21,8 +21,9 @@ BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "c
 ROLES = ("system", "user", "assistant")
 
 
-def read_records(path: str, field: str, prompt_column: str) -> list[dict]:
-    """The rows of ``path`` as dicts, with the prompt under ``"prompt"``."""
+def read_records(path: str, field: str, prompt_column: str | None) -> list[dict]:
+    """The rows of ``path`` as dicts, with the prompt under ``"prompt"`` (``prompt_column`` None: the rows
+    as they are, for an environment to read)."""
     import datasets
 
     source = Path(path).expanduser()
@@ -52,6 +53,8 @@ def read_records(path: str, field: str, prompt_column: str) -> list[dict]:
                 data = datasets.load_dataset(builder, data_files=str(source), split="train")
         except Exception as err:
             raise DataError(f"{field}={path!r} could not be read as {builder}: {type(err).__name__}: {err}") from err
+    if prompt_column is None:
+        return data.to_list()
     if prompt_column not in data.column_names:
         raise DataError(
             f"{field}={path!r} has no column {prompt_column!r} (task.prompt_column); its columns are "
