@@ -9,7 +9,9 @@ At every checkpoint and when the run ends (the final evaluation included) it wri
   and log are (the CLI prints these places as its last lines);
 - ``completions.jsonl``: every ``every_n_steps`` generation batches, sample prompts and
   completions with each reward function's score, the total and the advantage (the wandb
-  completions table's content, appended), with the columns reward functions gave ``log_extra``.
+  completions table's content, appended), with the columns reward functions gave ``log_extra``;
+  an episode's line holds its turns (role, text, tokens, loss_mask; log-prob sums and tool calls with
+  their outcomes on the model's turns), stop reason, turn count, tool outcomes, rewards and info.
 
 It only observes (global rank zero writes), and keeps its history in the checkpoint, so a
 resumed run's report covers the whole run.
@@ -144,6 +146,8 @@ class RunReport(L.Callback):
                 record["rewards"] = {c.split("/", 1)[1]: _clean(record.pop(c)) for c in functions}
                 # TRL's log_extra columns, each beside the completion it describes (prefixed on a clash)
                 record.update({(f"log_extra/{c}" if c in record else c): v[i] for c, v in extra.items()})
+                if getattr(rollout, "episodes", None):  # the turns as data: role, text, tokens, loss_mask, ...
+                    record.update(rollout.episodes[i])
                 line = json.dumps({k: _clean(v) for k, v in record.items()}, ensure_ascii=False, default=str)
                 handle.write(line + "\n")
         self.samples_written += len(rows)

@@ -73,6 +73,7 @@ class Episode:
     turn_seeds: list[int] = field(default_factory=list)
     step_rewards: list[float] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)  # the environment's, merged over the episode
+    step_infos: list[dict[str, Any]] = field(default_factory=list)  # each step's own info (transcripts, outcomes)
     stop_reason: str = ""
     error: str = ""  # a failure's message
     tool_calls: int = 0
@@ -277,6 +278,7 @@ class EpisodeRunner:
             step = await self._env_call(env.step, model_turn)
             episode.messages.extend(step.messages)
             episode.info.update(step.info)
+            episode.step_infos.append(dict(step.info))
             if step.reward is not None:
                 episode.step_rewards.append(float(step.reward))
             if step.done:

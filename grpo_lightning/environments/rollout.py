@@ -8,7 +8,9 @@ step, prompt), each sampling from its own seed (run seed, rank, step, prompt, sa
 
 The batch's per-episode metrics go out as ``rollout/episodes/*`` (in ``RolloutBatch.timing``,
 which the module logs and the episode health checks read): turns, tool calls, parse errors,
-sampled and environment tokens, failures, and the count of each stop reason.
+sampled and environment tokens, failures, the count of each stop reason, and the tools' outcome
+kinds (``environments/outcomes.py``). Each episode also goes into the batch turn by turn
+(``RolloutBatch.episodes``, ``environments/transcripts.py``): completions.jsonl and the wandb table.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from grpo_lightning.environments import aggregators, rewards  # noqa: F401  (reg
 from grpo_lightning.environments.base import ENVIRONMENTS, REWARD_AGGREGATORS, TOOL_PARSERS, Environment
 from grpo_lightning.environments.episode import Episode, EpisodeRunner, ToolParser
 from grpo_lightning.environments.limits import DONE, STOP_REASONS, EpisodeLimits
+from grpo_lightning.environments.outcomes import outcome_metrics
 from grpo_lightning.environments.parsers import AUTO
 from grpo_lightning.environments.render import ChatRenderer
 from grpo_lightning.environments.template_checks import resolve_chat_template, startup_report
+from grpo_lightning.environments.transcripts import episode_record
 from grpo_lightning.records import Completion, RolloutBatch
 from grpo_lightning.rewards.scorer import RewardState
 from grpo_lightning.rollout.seeding import group_seeds, sample_seed
@@ -172,6 +176,7 @@ class EpisodeRollout:
         prompt_ids, prompt_mask = RolloutBatch.pad_prompts(prompts_ids, pad)
         completion_ids, completion_mask, finished, logprobs = RolloutBatch.pad_completions(completions, pad)
         total, components = self.score(generator.scorer, rows, episodes, [c.token_ids for c in completions], step)
+        env_rewards = [self.env_reward(e) for e in episodes]
         versions = [c.weight_version for c in completions if c.weight_version is not None]
         timing = {
             "rollout/seconds": seconds,
@@ -198,6 +203,9 @@ class EpisodeRollout:
             completions=tokenizer.batch_decode([c.token_ids for c in completions]),
             timing=timing,
             episode_ids=torch.arange(n),
+            episodes=[
+                episode_record(e, c, tokenizer, r) for e, c, r in zip(episodes, completions, env_rewards, strict=True)
+            ],
             weight_version=min(versions) if versions else None,
             **RolloutBatch.pad_token_fields(completions),
         )
@@ -219,4 +227,4 @@ def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
     }
     for reason in STOP_REASONS:
         metrics[f"{METRICS}stop/{reason}"] = float(sum(e.stop_reason == reason for e in episodes))
-    return metrics
+    return {**metrics, **outcome_metrics(episodes)}  # tool outcome kinds, close errors, abandoned threads
