@@ -33,7 +33,7 @@ from grpo_lightning.callbacks.report_plot import draw_report
 
 REPORT, SUMMARY, SAMPLES = "report.png", "summary.json", "completions.jsonl"
 # The step metrics the report keeps per step (a prefix ends with "/"): what the picture and the summary read.
-KEPT = ("reward/", "kl/", "policy/entropy", "completions/", "train/", "num_tokens")
+KEPT = ("reward/", "kl/", "policy/entropy", "completions/", "train/", "num_tokens", "rollout/episodes/")
 # Best values the summary names, and whether higher is better.
 BEST = {"reward/mean": True, "val/accuracy": True, "val/reward": True, "val/success": True, "kl/mean": False}
 

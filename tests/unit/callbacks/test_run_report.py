@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import torch
 
-from grpo_lightning.callbacks import run_report
+from grpo_lightning.callbacks import report_plot, run_report
 from grpo_lightning.callbacks.progress import RunProgress
 from grpo_lightning.callbacks.run_report import RunReport, output_lines
 from grpo_lightning.health import Alert
@@ -136,3 +136,19 @@ def test_the_progress_bar_shows_reward_kl_and_the_last_accuracy():
     module = SimpleNamespace(last_metrics={"reward/mean": 0.123456, "kl/mean": 0.001, "train/loss": 3.0})
     trainer = SimpleNamespace(callback_metrics={"val/accuracy": torch.tensor(0.75)})
     assert RunProgress().get_metrics(trainer, module) == {"reward": "0.123", "kl": "0.001", "acc": "0.75"}
+
+
+def test_the_episode_panels_show_stop_shares_and_only_the_tool_outcomes_that_happened():
+    p = "rollout/episodes/"
+    history = [
+        {"step": 1, p + "count": 8.0, p + "turns": 3.0, p + "stop/done": 6.0, p + "stop/max_turns": 2.0},
+        {"step": 2, p + "count": 4.0, p + "turns": 2.5, p + "stop/done": 4.0, p + "stop/max_turns": 0.0},
+    ]
+    for row in history:
+        row |= {p + "tool/exception": 0.0, p + "tool/timeout": 0.25 * row["step"]}
+    panels = {title: keys for title, keys in report_plot.EPISODE_PANELS}
+    stops = report_plot.episode_series(history, panels["episodes: stop reasons (share)"])
+    assert stops == {"stop/done": ([1, 2], [0.75, 1.0]), "stop/max_turns": ([1, 2], [0.25, 0.0])}
+    tools = report_plot.episode_series(history, panels["episodes: tool outcomes (per episode)"])
+    assert list(tools) == ["tool/timeout"]  # exception never happened: no line
+    assert report_plot.episode_series(history, ("turns",)) == {"turns": ([1, 2], [3.0, 2.5])}
