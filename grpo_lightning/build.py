@@ -26,6 +26,7 @@ from grpo_lightning.data.mixture import head_per_source
 from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.environments.limits import EpisodeTaskConfig
 from grpo_lightning.environments.rollout import EpisodeRollout
+from grpo_lightning.environments.startup_checks import check_environment
 from grpo_lightning.evaluation.episodes import EpisodeEvaluator
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.allocator import apply_huge_pages, huge_pages_report, release_freed_memory
@@ -273,6 +274,7 @@ def build_run(
         rollout.episodes = EpisodeRollout.from_task(
             task, tokenizer, r.max_new_tokens, context, datamodule.train_records[0], cfg.model.name_or_path
         )
+        check_environment(rollout.episodes, datamodule.train_records, datamodule.val_records, task.environment, context)
     if r.dynamic_sampling:
         rollout.dynamic = DynamicSampling(datamodule.train_records, r.max_sampling_rounds)
     module = GRPOModule(

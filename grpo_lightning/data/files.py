@@ -15,7 +15,16 @@ from pathlib import Path
 from grpo_lightning.data.rows import check_text_file
 from grpo_lightning.errors import ConfigError, DataError
 
-__all__ = ["BUILDERS", "ROLES", "DataError", "check_prompts", "max_prompt_tokens", "prompt_check", "read_records"]
+__all__ = [
+    "BUILDERS",
+    "ROLES",
+    "DataError",
+    "check_prompts",
+    "max_prompt_tokens",
+    "prompt_check",
+    "read_records",
+    "unencodable",
+]
 
 BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 ROLES = ("system", "user", "assistant")
@@ -104,20 +113,18 @@ def check_prompts(records: list[dict], formatter, max_prompt_tokens: int, source
     with ``truncate`` count the long ones instead (the formatter cuts them). Returns that count."""
     tokenizer = formatter.tokenizer
     too_long = 0
-    unk = tokenizer.unk_token_id
     char_ok: dict[str, bool] = {}
     for row, record in enumerate(records):
         prompt = record["prompt"]
         texts = [prompt] if isinstance(prompt, str) else [m["content"] for m in prompt]
-        if unk is not None:
-            bad = sorted({c for text in texts for c in text if not _encodable(tokenizer, c, unk, char_ok)})
-            if bad:
-                raise DataError(
-                    f"{source} row {row}: the tokenizer cannot encode the characters {bad} of prompt "
-                    f"{_short(prompt)} (it would turn them into {tokenizer.unk_token!r}); remove them from "
-                    f"the data or use a model whose tokenizer has them (the tiny model's alphabet is "
-                    f"model.tiny.alphabet)"
-                )
+        bad = unencodable(tokenizer, texts, char_ok)
+        if bad:
+            raise DataError(
+                f"{source} row {row}: the tokenizer cannot encode the characters {bad} of prompt "
+                f"{_short(prompt)} (it would turn them into {tokenizer.unk_token!r}); remove them from "
+                f"the data or use a model whose tokenizer has them (the tiny model's alphabet is "
+                f"model.tiny.alphabet)"
+            )
         try:
             length = len(formatter.untruncated(prompt))
         except ValueError as err:  # e.g. chat messages for a tokenizer without a chat template
@@ -131,6 +138,14 @@ def check_prompts(records: list[dict], formatter, max_prompt_tokens: int, source
             )
         too_long += length > max_prompt_tokens
     return too_long
+
+
+def unencodable(tokenizer, texts, cache: dict[str, bool] | None = None) -> list[str]:
+    """The characters of ``texts`` the tokenizer turns into its unknown token, sorted (none without one)."""
+    unk, cache = tokenizer.unk_token_id, {} if cache is None else cache
+    if unk is None:
+        return []
+    return sorted({c for text in texts for c in text if not _encodable(tokenizer, c, unk, cache)})
 
 
 def _encodable(tokenizer, char: str, unk: int, cache: dict[str, bool]) -> bool:

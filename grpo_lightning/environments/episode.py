@@ -42,6 +42,7 @@ from grpo_lightning.environments.limits import (
     EpisodeLimits,
 )
 from grpo_lightning.environments.render import ChatRenderer
+from grpo_lightning.environments.truncation import reward_at_limit
 from grpo_lightning.rollout.engine import Completion, GenerationRequest, RolloutEngine, Sampling
 
 ToolParser = Callable[[str], tuple[list[dict[str, Any]], list[str]]]
@@ -240,6 +241,7 @@ class EpisodeRunner:
             except Exception as err:
                 raise _EnvFailure(f"the environment could not be made: {type(err).__name__}: {err}") from err
             await asyncio.wait_for(self._play(env, row, episode, batcher), self.limits.episode_timeout_s)
+            await reward_at_limit(env, episode, self._env_call)  # the environment's on_truncated hook, if any
         except TimeoutError:
             episode.stop_reason, episode.error = EPISODE_TIMEOUT, f"took over {self.limits.episode_timeout_s} s"
         except _StepTimeout as err:

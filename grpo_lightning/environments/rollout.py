@@ -31,6 +31,7 @@ from grpo_lightning.environments.parsers import AUTO
 from grpo_lightning.environments.render import ChatRenderer
 from grpo_lightning.environments.template_checks import resolve_chat_template, startup_report
 from grpo_lightning.environments.transcripts import episode_record
+from grpo_lightning.environments.truncation import INFO as TRUNCATED_REWARD
 from grpo_lightning.records import Completion, RolloutBatch
 from grpo_lightning.rewards.scorer import RewardState
 from grpo_lightning.rollout.seeding import group_seeds, sample_seed
@@ -125,6 +126,7 @@ class EpisodeRollout:
 
     def env_reward(self, episode: Episode) -> float:
         final = episode.step_rewards[-1] if episode.stop_reason == DONE and episode.step_rewards else None
+        final = episode.info.get(TRUNCATED_REWARD, final)  # a limit ended it: the environment's on_truncated
         return float(self.aggregate(list(episode.step_rewards), final))
 
     def score(

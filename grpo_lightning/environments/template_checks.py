@@ -229,6 +229,11 @@ class ToolsInSystemPrompt:
     async def close(self) -> None:
         await call_maybe_async(self.env.close)
 
+    def __getattr__(self, name: str) -> Any:  # the optional members (max_turns, on_truncated) of the wrapped one
+        if name == "env":
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
 
 def first_reset(make_env: Any, row: dict[str, Any]) -> tuple[Reset, Any]:
     """One environment's reset on ``row`` (seed 0) and the environment, closed (played on a loop of its
