@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -205,6 +206,7 @@ class EpisodeRollout:
             completions=tokenizer.batch_decode([c.token_ids for c in completions]),
             timing=timing,
             episode_ids=torch.arange(n),
+            episode_limits=asdict(self.limits),  # what the health checks name when a limit cuts
             episodes=[
                 episode_record(e, c, tokenizer, r) for e, c, r in zip(episodes, completions, env_rewards, strict=True)
             ],

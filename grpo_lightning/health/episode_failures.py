@@ -75,7 +75,7 @@ class EpisodeFailuresConfig(WindowCheckConfig):
 class EpisodeFailuresCheck(WindowedShareCheck):
     name = "episode_failures"
     failure = "episodes"
-    title = "environments failing in many episodes"
+    title = "failing: environments raise or time out"  # (the alert reads "episodes failing: ...")
     parts = ("stop/env_error", "stop/step_timeout", "stop/episode_timeout")
 
     @property
