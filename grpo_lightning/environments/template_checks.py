@@ -93,7 +93,12 @@ class TemplateReport:
 
     def lines(self) -> list[str]:
         """The lines to print at start."""
-        if self.renders_tools is False:
+        if self.renders_tools is False and self.plain:
+            head = (
+                "chat template: none, so the model is not shown the tools (tools= need a template that renders "
+                "them; the tiny model cannot write a call: docs/environments.md#the-tiny-models-limits)"
+            )
+        elif self.renders_tools is False:
             head = (
                 f"chat template: does not render the tools ({', '.join(self.missing_tools)} missing from a render "
                 "with tools=); use the shipped template (chat_template_override=chatml_tools) or describe the tools "

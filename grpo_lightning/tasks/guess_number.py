@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from grpo_lightning.config.base import check, option
 from grpo_lightning.config.task import TASKS, task_name
@@ -36,6 +37,13 @@ class GuessNumberTaskConfig(EpisodeTaskConfig):
     max_number: int = option(8, "The hidden number is drawn from 1..max_number.")
     turn_cost: float = option(0.1, "Reward lost per guess after the first; solving earns 1 - turn_cost x (turns - 1).")
     num_games: int = option(256, "Prompt records per epoch (each one game; the number comes from the reset seed).")
+    model_defaults: dict[str, Any] = option(
+        {
+            "tiny": {"rollout.max_new_tokens": 3},  # a guess: a number, in the tiny model's alphabet
+            "smollm2_135m": {"rollout.max_new_tokens": 8, "rollout.prompts_per_step": 4},
+        },
+        "Defaults this task brings per model: the turn budget and the batch.",
+    )
 
     def check_fields(self, p: str) -> list[str]:
         problems = super().check_fields(p)

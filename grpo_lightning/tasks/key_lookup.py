@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from grpo_lightning.config.base import check, option
 from grpo_lightning.config.task import TASKS, task_name
@@ -50,6 +51,27 @@ class KeyLookupTaskConfig(EpisodeTaskConfig):
     )
     call_bonus: float = option(0.0, "Reward added when the right key was looked up (shaping); 0: correctness only.")
     max_tool_output_tokens: int = option(64, "A tool reply's length at most, in tokens (longer ones are truncated).")
+    model_defaults: dict[str, Any] = option(
+        {
+            # The tiny model's alphabet: digit keys, a question it can read, no tool text it cannot (it runs,
+            # but cannot write a call: docs/environments.md#the-tiny-models-limits).
+            "tiny": {
+                "task.key_style": "digits",
+                "task.question": "{key}?",
+                "task.tools_in_system_prompt": False,
+                "task.one_shot": False,
+                "rollout.max_new_tokens": 8,
+            },
+            # A hermes call takes about 30 tokens; 8 episodes a step keep a step within minutes on a CPU.
+            "smollm2_135m": {
+                "rollout.max_new_tokens": 48,
+                "rollout.num_generations": 4,
+                "rollout.prompts_per_step": 2,
+                "eval.num_prompts": 4,
+            },
+        },
+        "Defaults this task brings per model: the alphabet's keys and prompt, the turn budget and the batch.",
+    )
 
     def check_fields(self, p: str) -> list[str]:
         problems = super().check_fields(p)
