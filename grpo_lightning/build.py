@@ -50,6 +50,7 @@ from grpo_lightning.runtime.csv_logger import ResumableCSVLogger, csv_version
 from grpo_lightning.runtime.logging_setup import quiet_console
 from grpo_lightning.runtime.resume_check import config_record
 from grpo_lightning.runtime.run_lock import RunLock, lock_run_folder
+from grpo_lightning.runtime.step_estimate import episode_step_seconds, estimate_line, time_forward
 from grpo_lightning.step.module import GRPOModule
 from grpo_lightning.tasks import source_weights, task_records, task_scorer
 from grpo_lightning.tasks.base import checked
@@ -274,7 +275,11 @@ def build_run(
         rollout.episodes = EpisodeRollout.from_task(
             task, tokenizer, r.max_new_tokens, context, datamodule.train_records[0], cfg.model.name_or_path
         )
-        check_environment(rollout.episodes, datamodule.train_records, datamodule.val_records, task.environment, context)
+        prompt = check_environment(
+            rollout.episodes, datamodule.train_records, datamodule.val_records, task.environment, context
+        )
+        if r.engine == "hf" and (cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available()):
+            say_step_estimate(policy, len(tokenizer), r.prompts_per_step * r.num_generations, prompt, task.max_turns, r)
     if r.dynamic_sampling:
         rollout.dynamic = DynamicSampling(datamodule.train_records, r.max_sampling_rounds)
     module = GRPOModule(
@@ -314,6 +319,15 @@ def build_run(
     if isinstance(logger, WandbLogger) and cfg.logger.table_every_n_steps > 0:
         callbacks.append(CompletionsTable(cfg.logger.table_every_n_steps, cfg.logger.table_rows))
     return Run(module, datamodule, callbacks, logger, tokenizer, health, checkpoints, lock, report)
+
+
+def say_step_estimate(policy, vocab: int, episodes: int, prompt: int, turns: int, r) -> None:
+    """The start-up line when an episode step would take minutes on this CPU (runtime/step_estimate.py)."""
+    token_s, pass_s = time_forward(policy, vocab)
+    seconds = episode_step_seconds(token_s, pass_s, episodes, prompt, turns, r.max_new_tokens)
+    line = estimate_line(seconds, episodes, prompt, turns, r.max_new_tokens)
+    if line is not None:
+        rank_zero_info(line)
 
 
 def _context(policy) -> int | None:

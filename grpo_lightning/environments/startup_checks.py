@@ -85,12 +85,13 @@ def limit_warnings(env: Any, prompt_tokens: int, limits: EpisodeLimits) -> list[
     return found
 
 
-def check_environment(rollout: Any, train: list[dict], val: list[dict], name: str, context: int | None) -> list[str]:
-    """Both checks for an episode rollout over the first rows of each split; warns and returns the warnings."""
+def check_environment(rollout: Any, train: list[dict], val: list[dict], name: str, context: int | None) -> int:
+    """Both checks for an episode rollout over the first rows of each split (warns about the limits);
+    returns the last checked row's prompt length in tokens."""
     rows = [(f"training row {i}", row) for i, row in enumerate(train[:ROWS])]
     rows += [(f"held-out row {i}", row) for i, row in enumerate(val[:ROWS])]
     env, length = check_first_messages(rollout.renderer, rollout.make_env, rows, name, context)
     found = limit_warnings(env, length, rollout.limits) if env is not None else []
     for line in found:
         rank_zero_warn(line)
-    return found
+    return length
