@@ -82,6 +82,12 @@ def random_case(g: torch.Generator, rows: int = 16, cols: int = 48):
     train = engine + torch.randn(rows, cols, generator=g) * scale
     lengths = torch.randint(1, cols + 1, (rows,), generator=g)
     mask = (torch.arange(cols)[None] < lengths[:, None]).float()
+    if float(torch.rand((), generator=g)) < 1 / 3:  # log-ratios beyond +-20, where the per-token clamp decides
+        at = (torch.rand(rows, 2, generator=g) * lengths[:, None]).long()
+        size = 20.0 + torch.rand(rows, 2, generator=g) * 40.0
+        row = torch.arange(rows)
+        train[row, at[:, 0]] = engine[row, at[:, 0]] + size[:, 0]
+        train[row, at[:, 1]] = engine[row, at[:, 1]] - size[:, 1]
     return train, engine, mask
 
 

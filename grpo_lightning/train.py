@@ -8,6 +8,7 @@ only after the allocator choice (torch reads it at its first CPU allocation).
 
 from __future__ import annotations
 
+import math
 import sys
 
 import hydra
@@ -17,6 +18,7 @@ from grpo_lightning.cli_errors import end_on_error, run_cli
 from grpo_lightning.config import TrainConfig, validate_config
 from grpo_lightning.config.compose import CONF_DIR, SCHEMA, finish, plan
 from grpo_lightning.config.early import early_check
+from grpo_lightning.config_docs import cli_help
 from grpo_lightning.runtime.logging_setup import HTTP_LOGGERS, quiet_http_logs
 
 _SCHEMA = SCHEMA  # the schema Hydra composes onto (grpo_lightning/config/compose.py says why)
@@ -45,7 +47,7 @@ class Interrupted(Exception):
 def finish_logger(trainer) -> None:
     """Close a wandb run before the process exits: Lightning's WandbLogger leaves that to wandb's
     exit hook, which on a loaded machine could lose the last history row (the final evaluation)."""
-    from lightning.pytorch.loggers import WandbLogger
+    from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415  (lightning: after trainer.huge_pages)
 
     for logger in trainer.loggers:
         if isinstance(logger, WandbLogger) and logger._experiment is not None:
@@ -57,11 +59,11 @@ def run(cfg: TrainConfig, logged_config: dict | None = None) -> dict[str, float]
 
     Raises :class:`Interrupted` when a signal stopped the run (its checkpoint is written)."""
     validate_config(cfg)  # before transformers and Lightning are imported: a bad value answers at once
-    from grpo_lightning.models.allocator import apply_huge_pages  # noqa: PLC0415  (imports transformers)
+    from grpo_lightning.models.allocator import apply_huge_pages  # noqa: PLC0415  (transformers' models: after validation)
 
     apply_huge_pages(cfg.trainer.huge_pages)
     # Only now: importing lightning makes torch's first CPU allocation, which fixes the allocator.
-    from grpo_lightning.build import build_run, fit  # noqa: PLC0415
+    from grpo_lightning.build import build_run, fit  # noqa: PLC0415  (lightning: after trainer.huge_pages)
 
     built = build_run(cfg, logged_config=logged_config)
     trainer = built.trainer(cfg)
@@ -89,9 +91,27 @@ def main(cfg: DictConfig) -> None:
     except Exception as err:  # the user's: one or two lines, exit 2; a bug: re-raised, with its traceback
         end_on_error(err)
         raise
-    shown = {k: round(v, 4) for k, v in metrics.items() if k.split("/")[0] in ("reward", "kl", "train", "val")}
-    print(f"final metrics: {shown}")
+    print(final_metrics_line(metrics))
     print_outputs(train_cfg.trainer.output_dir)
+
+
+def final_metrics_line(metrics: dict[str, float]) -> str:
+    """The console's last word on a run: its reward, kl, train and val metrics, each in four
+    significant digits (rounding to decimals showed a learning rate of 2e-05 as 0.0)."""
+    shown = ", ".join(
+        f"{k!r}: {_significant(v)}" for k, v in metrics.items() if k.split("/")[0] in ("reward", "kl", "train", "val")
+    )
+    return f"final metrics: {{{shown}}}"
+
+
+def _significant(value: float) -> str:
+    """``value`` in four significant digits; a whole number as an integer (a count stays a count),
+    and from 10^4 on one decimal (a rate of 123456.8 tokens/s, not 1.235e+05)."""
+    if not math.isfinite(value):
+        return str(value)
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.1f}" if abs(value) >= 1e4 else f"{value:.4g}"
 
 
 def print_outputs(output_dir: str) -> None:
@@ -109,8 +129,6 @@ def cli() -> None:
     :mod:`grpo_lightning.cli_errors` says (one or two lines and exit 2 for what the user can fix,
     a traceback for a bug). ``grpo-lightning help GROUP`` prints that group's keys with their help."""
     if sys.argv[1:2] == ["help"]:
-        from grpo_lightning.config_docs import cli_help
-
         sys.exit(cli_help(sys.argv[2:]))
     run_cli(_plan_then_main)
 

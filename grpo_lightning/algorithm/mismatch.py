@@ -88,34 +88,40 @@ def correction_flags(
     return flags
 
 
-def _flag_sums(outside, removed, mask, seq_on) -> list[torch.Tensor]:
-    """The PER_CORRECTION sums of [B, T] float flags over the tokens ``mask`` and the sequences ``seq_on``."""
+def _on(on: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``x`` where ``on``, 0 elsewhere: a select, not a product, so a -inf or NaN log-prob at a
+    masked position (padding, a non-finite row) stays out of every sum (0 * inf is NaN)."""
+    return torch.where(on, x, 0.0)
+
+
+def _flag_sums(outside, removed, on, seq_on) -> list[torch.Tensor]:
+    """The PER_CORRECTION sums of [B, T] float flags over the tokens ``on`` and the sequences ``seq_on`` (bool)."""
+    outside, removed = _on(on, outside), _on(on, removed)
     return [
-        (outside * mask).sum(),
-        ((outside * mask).sum(dim=1).gt(0).double() * seq_on).sum(),
-        (removed * mask).sum(),
-        ((removed * mask).sum(dim=1).gt(0).double() * seq_on).sum(),
+        outside.sum(),
+        (outside.sum(dim=1).gt(0) & seq_on).double().sum(),
+        removed.sum(),
+        (removed.sum(dim=1).gt(0) & seq_on).double().sum(),
     ]
 
 
-def _group_sums(d, eng, p_train, p_eng, mask, seq_on, outside, masked, early) -> list[torch.Tensor]:
-    """SUMS then MAXES of the tokens ``mask`` (float) and the sequences ``seq_on`` (float)."""
-    on = mask > 0
+def _group_sums(d, eng, p_train, p_eng, on, seq_on, outside, masked, early) -> list[torch.Tensor]:
+    """SUMS then MAXES of the tokens ``on`` and the sequences ``seq_on`` (both bool)."""
     r = torch.exp(d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-    seq_r = torch.exp((d * mask).sum(dim=1).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-    outside_n, seq_outside, masked_n, seq_masked = _flag_sums(outside, masked, mask, seq_on)
+    seq_r = torch.exp(_on(on, d).sum(dim=1).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    outside_n, seq_outside, masked_n, seq_masked = _flag_sums(outside, masked, on, seq_on)
     abs_d, abs_dp = d.abs(), (p_train - p_eng).abs()
     none = d.new_full((), -math.inf)  # the extreme of no token (the group is then not reported)
 
     def total(x):
-        return (x * mask).sum()
+        return _on(on, x).sum()
 
     def extreme(x):
         return torch.where(on, x, none).amax() if x.numel() else none
 
     return [
-        mask.sum(),
-        seq_on.sum(),
+        on.double().sum(),
+        seq_on.double().sum(),
         total(-d),
         total(r - 1 - d),
         total(abs_d),
@@ -123,7 +129,7 @@ def _group_sums(d, eng, p_train, p_eng, mask, seq_on, outside, masked, early) ->
         total(r),
         total(r * r),
         outside_n,
-        (seq_r * seq_r * seq_on).sum(),
+        _on(seq_on, seq_r * seq_r).sum(),
         seq_outside,
         total((d < -SIGN_EPS).float()),
         total((d > SIGN_EPS).float()),
@@ -161,29 +167,29 @@ def mismatch_sums(
     if flags is None:
         flags = correction_flags((), trainer_logp, engine_logp, mask)
     # float64: the variance of the weights is a difference of nearly equal sums (cheap at [B, T]).
-    mask = mask.double()
+    on = mask > 0
     trainer_logp, engine_logp = trainer_logp.detach().double(), engine_logp.detach().double()
-    d = (trainer_logp - engine_logp) * mask  # padding: d = 0
-    p_train, p_eng = trainer_logp.exp() * mask, engine_logp.exp() * mask
+    d = _on(on, trainer_logp - engine_logp)  # padding: d = 0, whatever either side wrote there
+    p_train, p_eng = _on(on, trainer_logp.exp()), _on(on, engine_logp.exp())
     no_lag = lag is None
-    lag = torch.zeros_like(mask) if lag is None else lag.double().expand_as(mask) * mask
+    lag = torch.zeros(on.shape, dtype=torch.float64, device=on.device) if lag is None else _on(on, lag.double())
     per = {name: (outside.double(), removed.double()) for name, (outside, removed) in flags.items()}
     outside = torch.stack([o for o, _ in per.values()]).amax(dim=0)  # outside at least one band
     masked = torch.stack([r for _, r in per.values()]).amax(dim=0)  # removed by at least one mask
-    position = torch.cumsum(mask, dim=1)
-    early = ((position <= EARLY_TOKENS) & (mask > 0)).double()
-    seq_real = mask.sum(dim=1) > 0
+    position = torch.cumsum(on.double(), dim=1)
+    early = ((position <= EARLY_TOKENS) & on).double()
+    seq_real = on.any(dim=1)
     seq_lagged = (lag > 0).any(dim=1)
     own = [f"{name}:{k}" for name in per for k in PER_CORRECTION] if len(per) > 1 else []
     values = []
     # Without lags (an engine on the trainer's weights) no sequence is lagged: that group's sums are
     # 0 and its extremes -inf, as computing them over no token gives, at no cost.
     for lagged in (False, True) if not no_lag else (False,):
-        seq_on = (seq_real & (seq_lagged == lagged)).double()
-        group_mask = mask * seq_on[:, None]
-        values += _group_sums(d, engine_logp * mask, p_train, p_eng, group_mask, seq_on, outside, masked, early)
+        seq_on = seq_real & (seq_lagged == lagged)
+        group_on = on & seq_on[:, None]
+        values += _group_sums(d, _on(on, engine_logp), p_train, p_eng, group_on, seq_on, outside, masked, early)
         if len(per) > 1:
-            values += [v for o, r in per.values() for v in _flag_sums(o, r, group_mask, seq_on)]
+            values += [v for o, r in per.values() for v in _flag_sums(o, r, group_on, seq_on)]
     values += [lag.sum(), lag.amax() if lag.numel() else lag.new_zeros(())]
     flat = torch.stack(values).double().tolist()  # the one host read
     if no_lag:

@@ -129,7 +129,7 @@ class HealthMonitor(L.Callback):
         total = trainer.strategy.reduce(flat, reduce_op="sum").cpu().tolist()
         out, i = [], 0
         for d in local:
-            out.append(dict(zip(d, total[i : i + len(d)])))
+            out.append(dict(zip(d, total[i : i + len(d)], strict=True)))
             i += len(d)
         return out
 
@@ -138,7 +138,7 @@ class HealthMonitor(L.Callback):
         totals = self._sum_over_ranks(local, trainer, pl_module.device)
         metrics: dict[str, float] = {}
         to_raise: Alert | None = None
-        for check, t in zip(self.checks, totals):
+        for check, t in zip(self.checks, totals, strict=True):
             values, finding = check.evaluate(t, view)
             for key, value in values.items():
                 metrics[f"health/{check.name}/{key}"] = float(value)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
+from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.data.rows import check_text_file
 from grpo_lightning.errors import ConfigError, DataError
 
@@ -33,7 +34,7 @@ ROLES = ("system", "user", "assistant")
 def read_records(path: str, field: str, prompt_column: str | None) -> list[dict]:
     """The rows of ``path`` as dicts, with the prompt under ``"prompt"`` (``prompt_column`` None: the rows
     as they are, for an environment to read)."""
-    import datasets
+    import datasets  # noqa: PLC0415  (pyarrow and pandas: only when a prompt file is read, not while composing)
 
     source = Path(path).expanduser()
     if not source.exists():
@@ -169,10 +170,9 @@ def prompt_check(cfg, loaded: tuple | None = None):
     the weights; or ``loaded``: a given tokenizer and context) against every prompt of every task;
     None if no tokenizer loads. With
     ``task.truncate_prompts`` it says how many prompts will be cut instead of stopping."""
-    from lightning.pytorch.utilities import rank_zero_warn
+    from lightning.pytorch.utilities import rank_zero_warn  # noqa: PLC0415  (lightning: after trainer.huge_pages)
 
-    from grpo_lightning.data.prompting import PromptFormatter
-    from grpo_lightning.models.loading import load_tokenizer
+    from grpo_lightning.models.loading import load_tokenizer  # noqa: PLC0415  (model classes: seconds, not at compose)
 
     try:
         tokenizer, context = loaded if loaded is not None else load_tokenizer(cfg.model)

@@ -168,6 +168,7 @@ def compare_with_render(
     full = renderer.encode(renderer.render(messages, tools))
     if ids == full:
         return ""
+    # The first difference: over the common length (strict=False), else where the shorter one ends.
     at = next((i for i, (a, b) in enumerate(zip(ids, full, strict=False)) if a != b), min(len(ids), len(full)))
     before = renderer.tokenizer.decode(ids[max(0, at - 12) : at])
     trained, rendered = (renderer.tokenizer.decode(x[at : at + 24]) for x in (ids, full))

@@ -61,7 +61,8 @@ class Evaluator:
         seeds = group_seeds(self.seed, rank, _EVAL_STEP_OFFSET + step, len(records), per_record)
         expanded = [record for record in records for _ in range(per_record)]
         requests = [
-            GenerationRequest(self.rollout.tokenize_prompt(r["prompt"]), seed) for r, seed in zip(expanded, seeds)
+            GenerationRequest(self.rollout.tokenize_prompt(r["prompt"]), seed)
+            for r, seed in zip(expanded, seeds, strict=True)
         ]
         completions = self.rollout.engine.generate(requests, sampling)
         texts = self.rollout.tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
@@ -78,7 +79,7 @@ class Evaluator:
         correct = scores[:, 0] >= CORRECT
         self.last_samples = [
             {"prompt": r["prompt"], "completion": t, "answer": r.get("answer"), "correct": bool(c)}
-            for r, t, c in zip(records, texts, correct.tolist())
+            for r, t, c in zip(records, texts, correct.tolist(), strict=True)
         ]
         sampled = self._scores(records, self.pass_k, self.sampled, step, rank)[0] if self.pass_k > 0 else None
         greedy, length = scores[:, 0], torch.tensor(lengths, dtype=torch.float64)

@@ -110,7 +110,8 @@ class MismatchCheck(HealthCheck):
         if totals and passes and passes[0].old_logprobs is not None and r.engine_logprobs is not None:
             first = passes[0].old_logprobs
             mask = (r.trained_mask.bool() & first.finite).cpu().numpy()
-            d = np.abs((first.logp.float() - r.engine_logprobs.float()).cpu().numpy()) * mask
+            # a select: a -inf or NaN engine log-prob at a masked position must not make NaN (0 * inf)
+            d = np.where(mask, np.abs((first.logp.float() - r.engine_logprobs.float()).cpu().numpy()), 0.0)
             before = {h for step in self._seen for h in step}  # a set: np.isin costs 30 us on these sizes
             seen_groups = np.fromiter((h in before for h in view.group_prompt_hashes.tolist()), dtype=bool)
             seen = np.repeat(seen_groups, view.group_size)  # as view.prompt_hashes: each group's rows

@@ -162,7 +162,7 @@ class RewardScorer:
                 out[reward.name] = value
         if pending:
             results = run_concurrently(list(pending.values()))
-            for name, result in zip(pending, results):
+            for name, result in zip(pending, results, strict=True):
                 if isinstance(result, (KeyboardInterrupt, asyncio.CancelledError, StoppedAtOnce)):
                     raise result  # Ctrl-C, cancellation, the run's own second-signal stop
                 if isinstance(result, BaseException):
@@ -190,4 +190,4 @@ class RewardScorer:
                 f"{bad[0]}: prompt {_short(prompts[bad[0]])}): a non-finite reward would poison every "
                 f"advantage of its group"
             )
-        return torch.tensor([math.nan if m else v for v, m in zip(values, missing)], dtype=torch.float32)
+        return torch.tensor([math.nan if m else v for v, m in zip(values, missing, strict=True)], dtype=torch.float32)

@@ -150,7 +150,8 @@ class RolloutGenerator:
         seeds = seeds[first_prompt * self.num_generations :]
         expanded = [record for record in records for _ in range(self.num_generations)]
         return [
-            GenerationRequest(self.tokenize_prompt(record["prompt"]), seed) for record, seed in zip(expanded, seeds)
+            GenerationRequest(self.tokenize_prompt(record["prompt"]), seed)
+            for record, seed in zip(expanded, seeds, strict=True)
         ]
 
     def assemble(

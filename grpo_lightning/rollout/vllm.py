@@ -57,7 +57,7 @@ from grpo_lightning.rollout.vllm_server_pool import VLLMServerPool
 
 
 def _is_cpu_platform() -> bool:
-    from vllm.platforms import current_platform
+    from vllm.platforms import current_platform  # noqa: PLC0415  (vllm: optional, the vllm extra)
 
     return current_platform.is_cpu()
 
@@ -124,7 +124,7 @@ class VLLMEngine:
             kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
         if s.max_model_len is not None:
             kwargs["max_model_len"] = s.max_model_len
-        from vllm import LLM
+        from vllm import LLM  # noqa: PLC0415  (vllm: optional, the vllm extra)
 
         def start():
             return LLM(
@@ -194,7 +194,7 @@ class VLLMEngine:
     @staticmethod
     def sampling_params(request: GenerationRequest, sampling: Sampling):
         """One request's ``SamplingParams``: n=1 and the request's own seed, never a shared one."""
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # noqa: PLC0415  (vllm: optional, the vllm extra)
 
         return SamplingParams(
             n=1,
@@ -208,7 +208,7 @@ class VLLMEngine:
         )
 
     def _generate(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:
-        from vllm.inputs import TokensPrompt
+        from vllm.inputs import TokensPrompt  # noqa: PLC0415  (vllm: optional, the vllm extra)
 
         prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
         params = [self.sampling_params(r, sampling) for r in requests]
@@ -217,7 +217,7 @@ class VLLMEngine:
         for output in outputs:
             sample = output.outputs[0]
             tokens = list(sample.token_ids)
-            logprobs = [step[token].logprob for step, token in zip(sample.logprobs, tokens)]
+            logprobs = [step[token].logprob for step, token in zip(sample.logprobs, tokens, strict=True)]
             completions.append(Completion(token_ids=tokens, finished=sample.finish_reason == "stop", logprobs=logprobs))
         return completions
 
@@ -231,8 +231,8 @@ class VLLMEngine:
         return self._blocking(self._submit(self._sequence_logprobs, list(prompt_ids), list(completion_ids)))
 
     def _sequence_logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
+        from vllm import SamplingParams  # noqa: PLC0415  (vllm: optional, the vllm extra)
+        from vllm.inputs import TokensPrompt  # noqa: PLC0415  (vllm: optional, the vllm extra)
 
         sequence = prompt_ids + completion_ids
         params = SamplingParams(n=1, seed=0, temperature=1.0, max_tokens=1, prompt_logprobs=0, detokenize=False)

@@ -56,9 +56,12 @@ class LifecycleHooks:
         self.val_means.update(metrics, len(batch), self.device)
 
     def on_validation_epoch_end(self) -> None:
-        """The ``val/*`` means over every rank's prompts (torchmetrics' sync), logged once."""
+        """The ``val/*`` means over every rank's prompts (torchmetrics' sync), logged once, at the
+        optimizer step of the weights they evaluated (``step``): the row of the step they follow
+        (0 before training). Lightning's own step there is its count of finished batches, one
+        behind inside the loop, so a validation after step k was written as a row of step k-1."""
         if self.val_means.means:
-            self.log_dict(self.val_means.compute(), on_step=False, on_epoch=True)
+            self.log_dict({**self.val_means.compute(), "step": float(self.global_step)}, on_step=False, on_epoch=True)
 
     # ----------------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:

@@ -48,11 +48,9 @@ def train(tmp_path: Path, *args: str) -> list[dict[str, float]]:
     result = cli(tmp_path, *TINY, *args)
     assert result.returncode == 0, result.stderr[-3000:]
     (metrics,) = (tmp_path / "run").glob("csv/version_*/metrics.csv")
-    by_step: dict[str, dict[str, float]] = {}  # the module and the health monitor log separate rows per step
-    with open(metrics) as handle:
-        for row in csv.DictReader(handle):
-            by_step.setdefault(row["step"], {}).update({k: float(v) for k, v in row.items() if v != ""})
-    rows = [row for row in by_step.values() if "reward/mean" in row]
+    with open(metrics) as handle:  # one row per step
+        table = [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(handle)]
+    rows = [row for row in table if "reward/mean" in row]
     assert len(rows) == 2
     return rows
 

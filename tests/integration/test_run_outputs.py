@@ -1,6 +1,6 @@
 """A short CLI run as a user sees it: a quiet console whose last lines name every output, a
 report, a summary and samples in the output folder, a non-empty train.log, and a resume that
-continues the same CSV and report."""
+continues the same CSV (one row per step) and report."""
 
 from __future__ import annotations
 
@@ -89,8 +89,14 @@ def test_a_run_reports_itself_on_a_quiet_console_and_resumes_into_the_same_csv(t
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert [p.name for p in (run / "csv").iterdir()] == ["version_0"]
     with open(run / "csv" / "version_0" / "metrics.csv") as handle:
-        rows = [r for r in csv.DictReader(handle) if r.get("reward/mean")]
+        table = list(csv.DictReader(handle))
+    # One row per step with all its columns: the step's own metrics, the health monitor's and the
+    # validation that followed it (before training, at the end of each fit) in the same row.
+    assert [int(r["step"]) for r in table] == [0, 1, 2, 3, 4, 5, 6]
+    assert [int(r["step"]) for r in table if r["val/accuracy"]] == [0, 4, 6]
+    rows = [r for r in table if r.get("reward/mean")]
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert all(r["health/alert/diversity"] and r["train/loss"] for r in rows)
     lrs = [float(r["train/lr"]) for r in rows[:3]]
     assert lrs == pytest.approx([1e-4, 2e-4, 3e-4])  # algorithm.lr=3e-4 (tiny model) after 1/3, 2/3 warm-up
     summary = json.loads((run / "summary.json").read_text())

@@ -13,8 +13,11 @@ import warnings
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
+from grpo_lightning.build import build_run
 from grpo_lightning.config import ConfigError, ModelConfig
+from grpo_lightning.config.compose import compose
 from grpo_lightning.models import load_policy, smollm2
 
 pytestmark = pytest.mark.slow
@@ -37,8 +40,6 @@ def test_conversion_writes_a_plain_float32_folder_in_the_cache(converted):
 
 
 def test_converted_weights_equal_the_dequantized_gguf(converted):
-    from transformers import AutoModelForCausalLM
-
     gguf = smollm2.gguf_path()
     reference = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     model = AutoModelForCausalLM.from_pretrained(str(converted), dtype=torch.float32)
@@ -83,9 +84,6 @@ def test_the_episode_tasks_start_on_smollm2_as_the_readme_writes_them(converted,
     """`grpo-lightning model=smollm2_135m task=<task>`: the task's defaults for SmolLM2 (a turn budget a
     tool call fits in, a batch a CPU steps through in minutes), the first messages checked, and no
     start-up warning that does not apply. (A step takes minutes on a shared CPU: not run here.)"""
-    from grpo_lightning.build import build_run
-    from grpo_lightning.config.compose import compose
-
     monkeypatch.setenv(smollm2.CACHE_ENV, str(converted.parent))
     cfg, _ = compose(["model=smollm2_135m", f"task={task}", "logger=none", f"trainer.output_dir={tmp_path}"])
     assert cfg.rollout.max_new_tokens == cfg.task.model_defaults["smollm2_135m"]["rollout.max_new_tokens"]

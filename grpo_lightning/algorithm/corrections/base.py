@@ -7,8 +7,9 @@ and from the per-sequence means), or both. Which log-probs are "train" is the mo
 (``algorithm.correction_mode``): ``decoupled``, the trainer's recompute at the rollout's
 weights (pi_old); ``bypass``, pi_old := pi_eng and "train" is the current policy pi_theta.
 
-Conventions (docs/corrections.md): ratios are train / engine (``r_t = exp(d_t)``), log-ratios are
-clamped to +-20 before ``exp`` (verl's SAFETY_BOUND), padding has ``d = 0``, weights are 1 and
+Conventions (docs/corrections.md): ratios are train / engine (``r_t = exp(d_t)``), each token's
+log-ratio is clamped to +-20 before anything is built from it (verl's SAFETY_BOUND; the sequence
+weights clamp their sum instead), padding has ``d = 0``, weights are 1 and
 keep is True outside the mask, and sequence statistics are over each row's masked tokens (a row
 with none gets the neutral value, so padding rows stay finite).
 """
@@ -48,9 +49,15 @@ class CorrectionInputs:
         return torch.where(self.on, d, 0.0)
 
     @cached_property
+    def clamped_log_ratio(self) -> torch.Tensor:
+        """[B, T] ``d_t`` clamped to +-20 token by token: what per-token statistics and the masks'
+        sequence means are built from (verl's ``log_ratio_safe``)."""
+        return self.log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+
+    @cached_property
     def token_ratio(self) -> torch.Tensor:
         """[B, T] ``r_t = exp(clamp(d_t, +-20))``."""
-        return torch.exp(self.log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+        return torch.exp(self.clamped_log_ratio)
 
     @cached_property
     def lengths(self) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """Geometric-mean sequence mask (verl ``rollout_rs=seq_mean_k1``, AReaL): keep a sequence iff
 ``lower <= G <= upper`` with ``G = exp(mean_t d_t)``, the per-token geometric mean of the
 ratio. Unlike ``R = prod_t r_t`` it does not grow with the length: the same per-token drift
-decides the same at 10 and at 1000 tokens. Compared in log space (``log lower <= mean d <= log upper``).
+decides the same at 10 and at 1000 tokens. Compared in log space (``log lower <= mean d <= log upper``),
+each ``d_t`` clamped to +-20 before the mean, as verl's seq_mean_k1.
 
 Direction: G is train / engine, as every ratio here. verl's seq_mean_k1 bounds engine / train,
 so verl's ``"a_b"`` is ``lower=1/b, upper=1/a`` here. The bounds are required: published
@@ -42,12 +43,12 @@ class GeoMask(SequenceMask):
     required = ("lower", "upper")
 
     def compute(self, x: CorrectionInputs) -> CorrectionOutput:
-        mean_d = x.seq_mean(x.log_ratio)
+        mean_d = x.seq_mean(x.clamped_log_ratio)
         keep = (mean_d >= math.log(self.options.lower)) & (mean_d <= math.log(self.options.upper))
         return CorrectionOutput(None, x.per_token(keep))
 
     def statistic(self, x: CorrectionInputs) -> torch.Tensor:
-        return x.per_token(torch.exp(x.seq_mean(x.log_ratio)))
+        return x.per_token(torch.exp(x.seq_mean(x.clamped_log_ratio)))
 
     def band(self) -> Band:
         return Band("geo_mean_ratio", self.options.lower, self.options.upper)

@@ -1,6 +1,7 @@
 """Off-policy sequence mask of DeepSeek-V3.2 (TRL ``off_policy_mask_threshold``, slime
 ``--use-opsm``): drop a sequence iff its advantage is negative AND
-``mean_t (log pi_eng(y_t) - log pi_train(y_t)) > delta``. Positive and zero advantages are never
+``mean_t (log pi_eng(y_t) - log pi_train(y_t)) > delta``, each token's log-ratio clamped to +-20
+before the mean (verl's k1 convention). Positive and zero advantages are never
 masked: learning from one's own good samples is safe however stale, pushing down a bad one that
 the current policy barely produces is what destabilizes. ``delta`` is required: the paper gives
 none, and TRL (0.5) and slime (1e-4) differ by four orders of magnitude."""
@@ -39,12 +40,12 @@ class Opsm(SequenceMask):
     required = ("delta",)
 
     def compute(self, x: CorrectionInputs) -> CorrectionOutput:
-        drift = x.seq_mean(-x.log_ratio)
+        drift = x.seq_mean(-x.clamped_log_ratio)
         drop = (x.advantages.float() < 0) & (drift > self.options.delta)
         return CorrectionOutput(None, x.per_token(~drop))
 
     def statistic(self, x: CorrectionInputs) -> torch.Tensor:
-        return x.per_token(x.seq_mean(-x.log_ratio))
+        return x.per_token(x.seq_mean(-x.clamped_log_ratio))
 
     def band(self) -> Band:
         return Band("seq_mean_engine_minus_train_logp", None, self.options.delta)

@@ -21,8 +21,8 @@ from grpo_lightning.algorithm.corrections.base import (
 
 
 def min_log_ratio(x: CorrectionInputs) -> torch.Tensor:
-    """[B] the smallest masked ``d_t`` per row (0 for a row with none)."""
-    return -x.seq_max(-x.log_ratio)
+    """[B] the smallest masked ``d_t`` (clamped to +-20) per row (0 for a row with none)."""
+    return -x.seq_max(-x.clamped_log_ratio)
 
 
 @dataclass

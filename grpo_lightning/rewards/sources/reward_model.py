@@ -65,7 +65,7 @@ class RewardModelReward:
                 f"rewards.reward_model.path={options.path!r} is not a model folder (no config.json): "
                 "give a local folder written by save_pretrained (model and tokenizer)"
             )
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer  # heavy: only when used
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: PLC0415  (model classes: seconds, only when used)
 
         self.options = options
         self.device = resolve_device(options.device)

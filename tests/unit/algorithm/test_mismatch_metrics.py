@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import math
 
+import lightning as L
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 from grpo_lightning.algorithm.corrections import CORRECTIONS
+from grpo_lightning.algorithm.corrections.geo_mask import GeoMaskOptions
 from grpo_lightning.algorithm.corrections.icepop import IcepopOptions
 from grpo_lightning.algorithm.mismatch import add_sums, correction_flags, mismatch_metrics, mismatch_sums
+from grpo_lightning.callbacks.health import HealthMonitor
+from grpo_lightning.config import AlgorithmConfig, HealthConfig
+from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
 from grpo_lightning.records import RolloutBatch, TokenLogProbs
+from grpo_lightning.step.module import GRPOModule
 from grpo_lightning.step.passes import measure_mismatch, version_lag
 
 
@@ -167,3 +174,57 @@ def test_without_lags_the_empty_lagged_group_reads_as_if_computed(several_correc
         assert all(
             a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(got.values(), want.values(), strict=True)
         )
+
+
+def _padded_rollout(pad_value: float) -> RolloutBatch:
+    """8 completions of 1-5 tokens; the engine's log-prob at every padding position is ``pad_value``."""
+    g = torch.Generator().manual_seed(0)
+    n, c = 8, 5
+    mask = (torch.arange(c)[None] < torch.tensor([5, 3, 1, 4, 5, 2, 5, 3])[:, None]).long()
+    return RolloutBatch(
+        prompt_ids=torch.randint(3, 19, (n, 3), generator=g),
+        prompt_mask=torch.ones(n, 3, dtype=torch.long),
+        completion_ids=torch.randint(3, 19, (n, c), generator=g) * mask,
+        completion_mask=mask,
+        rewards=torch.rand(n, generator=g),
+        group_size=4,
+        max_new_tokens=c,
+        temperature=1.0,
+        engine_logprobs=torch.where(mask.bool(), -2.5 - torch.rand(n, c, generator=g), pad_value),
+    )
+
+
+def _one_step_metrics(rollout: RolloutBatch) -> tuple[dict[str, float], dict[str, float]]:
+    """The module's and the health monitor's metrics of one real training step on ``rollout``."""
+    torch.manual_seed(0)
+    cfg = AlgorithmConfig(beta=0.0, micro_batch_size=4, corrections=["icepop", "geo_mask"])
+    cfg.geo_mask = GeoMaskOptions(lower=0.5, upper=2.0)
+    module = GRPOModule(build_tiny_policy(build_char_tokenizer()), cfg)
+    health = HealthMonitor(HealthConfig())
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[health],
+    )
+    trainer.fit(module, train_dataloaders=DataLoader([rollout], batch_size=None, collate_fn=lambda batch: batch))
+    return module.last_metrics, health.last_metrics
+
+
+@pytest.mark.parametrize("pad_value", [-math.inf, math.nan])
+def test_a_non_finite_engine_logprob_at_a_masked_position_changes_no_metric(pad_value):
+    """Engines may write -inf (or NaN) where no token was sampled: through the step's real metric
+    path (the first pass, measure_mismatch, mismatch_metrics, the F8 check) every mismatch/* and
+    health/* metric stays finite and equals the one with a finite value there."""
+    metrics, health = _one_step_metrics(_padded_rollout(pad_value))
+    want, want_health = _one_step_metrics(_padded_rollout(-1.0))
+    mismatch = {k: v for k, v in metrics.items() if k.startswith("mismatch/")}
+    assert "mismatch/k1" in mismatch and "mismatch/outside_band/geo_mask" in mismatch
+    assert all(math.isfinite(v) for v in mismatch.values()), mismatch
+    assert all(math.isfinite(v) for v in health.values()), health
+    assert mismatch == {k: v for k, v in want.items() if k.startswith("mismatch/")}
+    assert health == want_health

@@ -8,7 +8,11 @@ import sys
 
 import pytest
 
-from grpo_lightning.config import ConfigError
+from grpo_lightning.algorithm import ADVANTAGE_SCALES, IS_LEVELS, KL_ESTIMATORS
+from grpo_lightning.algorithm.corrections import CORRECTION_MODES
+from grpo_lightning.algorithm.lr_schedule import LR_SCHEDULES
+from grpo_lightning.algorithm.truncation import TRUNCATED_SAMPLING
+from grpo_lightning.config import TASKS, AlgorithmConfig, ConfigError, field_help
 from grpo_lightning.config.early import early_check
 
 HEAVY = ("torch", "transformers", "lightning", "vllm")
@@ -100,8 +104,6 @@ def test_a_registered_name_lists_every_problem_with_it():
 
 
 def test_a_task_registered_in_this_process_is_left_for_the_full_path():
-    from grpo_lightning.config import TASKS  # noqa: PLC0415  (registers the built-in tasks: torch)
-
     TASKS.entries.setdefault("doubling_early", lambda *a: None)
     try:
         early_check(["task=doubling_early"])
@@ -111,12 +113,6 @@ def test_a_task_registered_in_this_process_is_left_for_the_full_path():
 
 def test_help_texts_written_without_the_registries_still_name_every_builtin():
     """config/algorithm.py no longer imports the registries for its help texts: they must not drift."""
-    from grpo_lightning.algorithm import ADVANTAGE_SCALES, IS_LEVELS, KL_ESTIMATORS  # noqa: PLC0415
-    from grpo_lightning.algorithm.corrections import CORRECTION_MODES  # noqa: PLC0415
-    from grpo_lightning.algorithm.lr_schedule import LR_SCHEDULES  # noqa: PLC0415
-    from grpo_lightning.algorithm.truncation import TRUNCATED_SAMPLING  # noqa: PLC0415
-    from grpo_lightning.config import AlgorithmConfig, field_help  # noqa: PLC0415
-
     helps = field_help(AlgorithmConfig)
     for field, names in (
         ("kl_estimator", KL_ESTIMATORS.names),

@@ -54,3 +54,39 @@ def test_a_resumed_csv_keeps_its_rows_and_drops_those_after_the_checkpoint(tmp_p
         rows = list(csv.DictReader(handle))
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4]
     assert rows[0]["new"] == "" and rows[3]["new"] == "1.0"
+
+
+def _rows(tmp_path) -> list[dict]:
+    with open(tmp_path / "csv" / "version_0" / "metrics.csv") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_every_call_for_a_step_joins_that_steps_row(tmp_path):
+    """The module, the health monitor and a validation log the same step apart: one row each step."""
+    logger = ResumableCSVLogger(tmp_path, name="csv")
+    logger.log_metrics({"val/accuracy": 0.1}, step=0)  # the baseline evaluation
+    logger.save()
+    for step in (1, 2, 3):
+        logger.log_metrics({"health/x": float(step)}, step=step)  # not saved yet: joined in memory
+        logger.log_metrics({"train/loss": float(step), "health/x": 10.0 * step}, step=step)  # the later value wins
+        logger.save()
+        if step in (2, 3):  # after the save: joins the row in the file, a new column included
+            logger.log_metrics({"val/accuracy": step / 10, "val/new": 1.0}, step=step)
+            logger.save()
+    rows = _rows(tmp_path)
+    assert [int(r["step"]) for r in rows] == [0, 1, 2, 3]
+    assert [r["val/accuracy"] for r in rows] == ["0.1", "", "0.2", "0.3"]
+    assert [r["train/loss"] for r in rows] == ["", "1.0", "2.0", "3.0"]
+    assert [r["health/x"] for r in rows] == ["", "10.0", "20.0", "30.0"]
+    assert [r["val/new"] for r in rows] == ["", "", "1.0", "1.0"]
+
+    resumed = ResumableCSVLogger(tmp_path, name="csv", version=0)
+    resumed.drop_after(2)  # the checkpoint of step 2: step 3 is trained (and validated) again
+    resumed.log_metrics({"train/loss": 33.0}, step=3)
+    resumed.save()
+    resumed.log_metrics({"val/accuracy": 0.4}, step=3)
+    resumed.save()
+    rows = _rows(tmp_path)
+    assert [int(r["step"]) for r in rows] == [0, 1, 2, 3]
+    assert (rows[3]["train/loss"], rows[3]["val/accuracy"], rows[3]["health/x"]) == ("33.0", "0.4", "")
+    assert rows[2]["val/accuracy"] == "0.2"

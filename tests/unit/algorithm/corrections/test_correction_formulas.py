@@ -51,9 +51,10 @@ def _ref_options(name):
 def reference(name, options, train, engine, mask, adv):
     """(weight [B, T] or None, keep [B, T] or None) in float64, written from the formulas."""
     on, d, n = _ref_parts(train, engine, mask)
-    r = torch.exp(d.clamp(-CLAMP, CLAMP))
+    dc = d.clamp(-CLAMP, CLAMP)  # each token's log-ratio clamped first (verl's convention)
+    r = torch.exp(dc)
     seq = lambda v: v[:, None].expand_as(d)  # noqa: E731
-    R = seq(torch.exp(d.sum(1).clamp(-CLAMP, CLAMP)))
+    R = seq(torch.exp(d.sum(1).clamp(-CLAMP, CLAMP)))  # the sequence weights clamp the sum
     o = options
     if name == "tis_token":
         return torch.minimum(r, torch.tensor(o.cap, dtype=torch.float64)), None
@@ -64,17 +65,17 @@ def reference(name, options, train, engine, mask, adv):
     if name == "mis_seq":
         return torch.where((R >= o.lower) & (R <= o.upper), R, 0.0), None
     if name == "geo_mask":
-        G = torch.exp(d.sum(1) / n)
+        G = torch.exp(dc.sum(1) / n)
         return None, seq((G >= o.lower) & (G <= o.upper))
     if name == "k3_seq_mask":
-        k3 = torch.where(on, torch.exp(d) - 1 - d, 0.0).sum(1) / n
+        k3 = torch.where(on, torch.exp(dc) - 1 - dc, 0.0).sum(1) / n
         return None, seq(k3 <= o.threshold)
     if name == "opsm":
-        return None, seq(~((adv < 0) & ((-d).sum(1) / n > o.delta)))
+        return None, seq(~((adv < 0) & ((-dc).sum(1) / n > o.delta)))
     if name == "veto":
         return None, seq(~(on & (r < o.threshold)).any(1))
     if name == "rejection":
-        k = {"k1": -d, "k2": d * d / 2, "k3": torch.exp(d) - 1 - d}[o.estimator]
+        k = {"k1": -dc, "k2": dc * dc / 2, "k3": torch.exp(dc) - 1 - dc}[o.estimator]
         if o.aggregation == "token":
             stat = k
         elif o.aggregation == "seq_max":
@@ -107,6 +108,60 @@ def test_each_correction_matches_its_float64_formula(name):
             # a statistic within float32 rounding of a threshold may fall either way
             agree = (out.keep[on] == want_keep[on]).float().mean()
             assert agree >= 0.98, (name, seed)
+
+
+def _extreme_batch(seed: int, rows: int = 8, cols: int = 9):
+    """A batch where some rows hold log-ratios beyond +-20: a pair of opposite extremes (their
+    clamped values cancel, their raw values need not) or a single one, beside small drifts."""
+    train, engine, mask, adv = _batch(seed, scale=0.2, rows=rows, cols=cols)
+    g = torch.Generator().manual_seed(1000 + seed)
+    lengths = mask.sum(1).long()
+    for row in range(rows):
+        kind = int(torch.randint(0, 3, (), generator=g))  # 0: none, 1: one extreme, 2: an opposite pair
+        if kind == 0 or lengths[row] < kind:
+            continue
+        where = torch.randperm(int(lengths[row]), generator=g)[:kind]
+        size = 20.0 + torch.rand(kind, generator=g, dtype=torch.float64) * 60.0
+        sign = torch.tensor([1.0, -1.0], dtype=torch.float64)[:kind] * (1 if torch.rand((), generator=g) < 0.5 else -1)
+        train[row, where] = engine[row, where] + sign * size
+    return train, engine, mask, adv
+
+
+_MASK_STATISTICS = {  # each mask's sequence statistic from per-token clamped d, in float64 (ratios as logs)
+    "geo_mask": lambda dc, on, n: dc.sum(1) / n,
+    "opsm": lambda dc, on, n: (-dc).sum(1) / n,
+    "k3_seq_mask": lambda dc, on, n: torch.where(on, torch.exp(dc) - 1 - dc, 0.0).sum(1) / n,
+    "veto": lambda dc, on, n: torch.where(on, dc, math.inf).amin(1).nan_to_num(posinf=0.0),
+}
+_RATIO_STATISTICS = ("geo_mask", "veto")  # G and min_t r_t, compared as logs
+
+
+@pytest.mark.parametrize("name", list(_MASK_STATISTICS))
+def test_sequence_masks_clamp_each_tokens_log_ratio_before_the_mean(name):
+    """verl's convention for every mask: clamp each d_t to +-20, then average (sum, min). Averaging
+    the raw log-ratios lets one token of d = 60 move a sequence's mean by 40 / length more."""
+    options = {
+        "geo_mask": GeoMaskOptions(lower=0.5, upper=2.0),
+        "opsm": OpsmOptions(delta=0.5),
+        "k3_seq_mask": CORRECTIONS.options("k3_seq_mask")(threshold=1.0),
+        "veto": CORRECTIONS.options("veto")(threshold=1e-4),
+    }[name]
+    correction = CORRECTIONS[name](options)
+    clamp_mattered = 0
+    for seed in range(CASES):
+        train, engine, mask, adv = _extreme_batch(seed)
+        on, d, n = _ref_parts(train, engine, mask)
+        x = _inputs(train, engine, mask, adv)
+        want = _MASK_STATISTICS[name](d.clamp(-CLAMP, CLAMP), on, n)
+        rows = on.any(1)
+        got = correction.statistic(x)[:, 0].double()
+        got = got.log() if name in _RATIO_STATISTICS else got
+        torch.testing.assert_close(got[rows], want[rows], rtol=1e-4, atol=1e-4, msg=lambda m, s=seed: f"seed {s}: {m}")
+        _, want_keep = reference(name, options, train, engine, mask, adv)
+        assert torch.equal(correction(x).keep[on], want_keep[on]), seed
+        raw = _MASK_STATISTICS[name](d, on, n)
+        clamp_mattered += int(((raw - want).abs() > 1e-3)[rows].sum())
+    assert clamp_mattered > CASES  # the extremes reached the statistics: the clamp was tested
 
 
 @pytest.mark.parametrize(
