@@ -23,10 +23,11 @@ import struct
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from grpo_lightning.environments.episode import Episode, EpisodeRunner
 from grpo_lightning.environments.limits import STOP_REASONS
+from grpo_lightning.environments.rollout import EpisodeRollout
 from grpo_lightning.rollout import Sampling
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class EpisodeEvaluator:
         greedy_sampling = Sampling(max_new_tokens=budget, temperature=1.0, top_p=1.0, top_k=1)
         self.sampling = greedy_sampling if greedy else replace(rollout.sampling, max_new_tokens=budget)
         self.last_episodes: list[Episode] = []  # the latest evaluation's episodes, for reading and replay
-        self._warned = False
+        self._warned = self._warned_replaced = False
 
     def play(self, rows: list[dict]) -> tuple[list[dict], list[Episode]]:
         """``samples_per_row`` episodes of each row (row-major), with the rows' fixed seeds."""
@@ -83,6 +84,14 @@ class EpisodeEvaluator:
         return expanded, runner.run(expanded, resets, samples)
 
     def evaluate(self, records: list[dict], step: int = 0, rank: int = 0) -> dict[str, float]:
+        if not isinstance(self.rollout.episodes, EpisodeRollout):  # replaced, e.g. by a VerifiersRollout
+            if not self._warned_replaced:
+                self._warned_replaced = True
+                rank_zero_info(
+                    f"held-out episodes: the rollout's episodes are a {type(self.rollout.episodes).__name__}, not the "
+                    "runner's EpisodeRollout; no val/* for them"
+                )
+            return {}
         expanded, played = self.play(records)
         self.last_episodes = played
         total, components = self.rollout.episodes.score(

@@ -110,3 +110,11 @@ def test_an_environment_that_never_reports_success_is_said_once():
     with pytest.warns(UserWarning, match=r"info\['never_set'\]"):
         assert ev.evaluate(rows(2, random.Random(3)))["val/success"] == 0.0
     assert ev._warned
+
+
+def test_a_rollout_replaced_by_another_kind_is_not_evaluated():
+    """A VerifiersRollout in place of the runner's (run.rollout.episodes = ...) plays its own way: no val/*,
+    said once, instead of failing at the first evaluation (seen in the verifiers integration test)."""
+    ev = evaluator()
+    ev.rollout.episodes = object()
+    assert ev.evaluate(rows(2, random.Random(4))) == {} and ev._warned_replaced
