@@ -60,7 +60,6 @@ class KeyLookupTaskConfig(EpisodeTaskConfig):
                 "task.question": "{key}?",
                 "task.tools_in_system_prompt": False,
                 "task.one_shot": False,
-                "rollout.max_new_tokens": 8,
             },
             # A hermes call takes about 30 tokens; 8 episodes a step keep a step within minutes on a CPU.
             "smollm2_135m": {
