@@ -40,7 +40,8 @@ class GuessNumberTaskConfig(EpisodeTaskConfig):
     model_defaults: dict[str, Any] = option(
         {
             "tiny": {"rollout.max_new_tokens": 3},  # a guess: a number, in the tiny model's alphabet
-            "smollm2_135m": {"rollout.max_new_tokens": 8, "rollout.prompts_per_step": 4},
+            # 16 episodes a step and 8 held-out games: a step and an evaluation within minutes on a CPU
+            "smollm2_135m": {"rollout.max_new_tokens": 8, "rollout.prompts_per_step": 2, "eval.num_prompts": 8},
         },
         "Defaults this task brings per model: the turn budget and the batch.",
     )
