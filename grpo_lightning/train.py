@@ -19,7 +19,9 @@ from grpo_lightning.config import TrainConfig, validate_config
 from grpo_lightning.config.compose import CONF_DIR, SCHEMA, finish, plan
 from grpo_lightning.config.early import early_check
 from grpo_lightning.config_docs import cli_help
+from grpo_lightning.runtime import process_exit
 from grpo_lightning.runtime.logging_setup import HTTP_LOGGERS, quiet_http_logs
+from grpo_lightning.runtime.run_lock import HydraCallbackRefused, release_all
 
 _SCHEMA = SCHEMA  # the schema Hydra composes onto (grpo_lightning/config/compose.py says why)
 __all__ = ["CONF_DIR", "HTTP_LOGGERS", "cli", "main", "quiet_http_logs", "run", "to_train_config"]
@@ -130,7 +132,16 @@ def cli() -> None:
     a traceback for a bug). ``grpo-lightning help GROUP`` prints that group's keys with their help."""
     if sys.argv[1:2] == ["help"]:
         sys.exit(cli_help(sys.argv[2:]))
-    run_cli(_plan_then_main)
+    if getattr(sys.modules.get("__main__"), "cli", None) is cli:  # the console script or python -m: our process
+        process_exit.own_process()  # it ends, whatever threads user code leaves behind (process_exit.py)
+    try:
+        run_cli(_plan_then_main)
+    except SystemExit as stop:
+        process_exit.set_exit_code(stop.code)
+        raise
+    except BaseException:
+        process_exit.set_exit_code(1)
+        raise
 
 
 def _plan_then_main() -> None:
@@ -141,9 +152,12 @@ def _plan_then_main() -> None:
     sys.argv[1:] = steps.hydra
     try:
         main()
+    except HydraCallbackRefused as refused:  # the run folder's lock, refused before Hydra wrote anything there
+        raise refused.error from None
     finally:  # this command line's held-back overrides must not reach a later composition in the process
         _DEFERRED.clear()
         _EXPLICIT.clear()
+        release_all()  # the lock Hydra's callback took, when the run failed before fit released it
 
 
 if __name__ == "__main__":

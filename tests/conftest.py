@@ -53,8 +53,13 @@ def pytest_configure(config):
 @pytest.fixture(autouse=True)
 def _own_working_folder(tmp_path, monkeypatch):
     """Each test runs in its own folder, so runs that default to ./outputs never share (or lock)
-    one, tests run in parallel (``make test`` uses pytest-xdist), and nothing lands in the checkout."""
+    one, tests run in parallel (``make test`` uses pytest-xdist), and nothing lands in the checkout.
+    The umask comes back after each test: a run built without ``build.fit`` keeps its private 077."""
     monkeypatch.chdir(tmp_path)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    yield
+    os.umask(umask)
 
 
 @pytest.fixture(scope="session")

@@ -15,14 +15,17 @@ silently, turns or steps later.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_warn
 
 from grpo_lightning.data.files import unencodable
+from grpo_lightning.environments.base import call_maybe_async
+from grpo_lightning.environments.calls import first_reset, made
+from grpo_lightning.environments.daemon import in_daemon_thread
 from grpo_lightning.environments.limits import EpisodeLimits
 from grpo_lightning.environments.render import ChatRenderer
-from grpo_lightning.environments.template_checks import first_reset
 from grpo_lightning.environments.truncation import HOOK
 from grpo_lightning.errors import DataError
 
@@ -30,15 +33,21 @@ ROWS = 4  # rows of each split whose first messages are checked (each costs one 
 
 
 def check_first_messages(
-    renderer: ChatRenderer, make_env: Any, rows: list[tuple[str, dict]], name: str, context: int | None = None
-) -> tuple[Any, int]:
-    """Reset one environment per ``(source, row)``; a DataError for text the tokenizer cannot encode or a
-    prompt with no room for a turn. Returns the last environment and its prompt length (for the limits)."""
+    renderer: ChatRenderer,
+    make_env: Any,
+    rows: list[tuple[str, dict]],
+    name: str,
+    context: int | None = None,
+    timeout_s: float | None = None,
+) -> int:
+    """Reset one environment per ``(source, row)`` (``calls.first_reset``: under the step limit, its return
+    checked); a DataError for text the tokenizer cannot encode or a prompt with no room for a turn.
+    Returns the last prompt's length in tokens."""
     tokenizer = renderer.tokenizer
     cache: dict[str, bool] = {}
-    env, length = None, 0
+    length = 0
     for source, row in rows:
-        reset, env = first_reset(make_env, row)
+        reset = first_reset(make_env, row, name, timeout_s)
         for message in reset.messages:
             bad = unencodable(tokenizer, [str(message.get("content", ""))], cache)
             if bad:
@@ -54,7 +63,22 @@ def check_first_messages(
                 f"task.environment={name}: the first messages of {source} are {length} tokens, the model's whole "
                 f"context ({context}): no room for a turn; shorten them or use a model with a longer context"
             )
-    return env, length
+    return length
+
+
+def declared(make_env: Any, row: dict, name: str) -> Any:
+    """One environment made on ``row`` (not reset) to read what it declares (``max_turns``, ``on_truncated``),
+    then closed in a daemon thread (a close that fails or hangs is not this check's business)."""
+    env = made(make_env, row, name)
+
+    async def close() -> None:
+        await call_maybe_async(env.close)
+
+    try:
+        in_daemon_thread(asyncio.run, close(), name="env-declared").result(timeout=10)
+    except Exception:  # noqa: BLE001  (reading attributes is the point; see the runner for close errors)
+        pass
+    return env
 
 
 def limit_warnings(env: Any, prompt_tokens: int, limits: EpisodeLimits) -> list[str]:
@@ -90,8 +114,11 @@ def check_environment(rollout: Any, train: list[dict], val: list[dict], name: st
     returns the last checked row's prompt length in tokens."""
     rows = [(f"training row {i}", row) for i, row in enumerate(train[:ROWS])]
     rows += [(f"held-out row {i}", row) for i, row in enumerate(val[:ROWS])]
-    env, length = check_first_messages(rollout.renderer, rollout.make_env, rows, name, context)
-    found = limit_warnings(env, length, rollout.limits) if env is not None else []
+    if not rows:
+        return 0
+    timeout = rollout.limits.step_timeout_s
+    length = check_first_messages(rollout.renderer, rollout.make_env, rows, name, context, timeout)
+    found = limit_warnings(declared(rollout.make_env, rows[0][1], name), length, rollout.limits)
     for line in found:
         rank_zero_warn(line)
     return length

@@ -17,14 +17,13 @@ Two things can silently go wrong (see docs/environments.md#tools):
 
 from __future__ import annotations
 
-import asyncio
 import json
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_lightning.environments.base import Message, Reset, Step, Turn, call_maybe_async
+from grpo_lightning.environments.calls import first_reset
 from grpo_lightning.environments.parsers import AUTO, choose_tool_parser
 from grpo_lightning.environments.render import ChatRenderer
 
@@ -241,24 +240,10 @@ class ToolsInSystemPrompt:
         return getattr(self.env, name)
 
 
-def first_reset(make_env: Any, row: dict[str, Any]) -> tuple[Reset, Any]:
-    """One environment's reset on ``row`` (seed 0) and the environment, closed (played on a loop of its
-    own in a worker thread, so it works inside a running loop too, a notebook's)."""
-    env = make_env(row)
-
-    async def reset_and_close() -> Reset:
-        try:
-            return await call_maybe_async(env.reset, 0, row)
-        finally:
-            await call_maybe_async(env.close)
-
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, reset_and_close()).result(), env
-
-
-def offered_tools(make_env: Any, row: dict[str, Any]) -> list[dict[str, Any]]:
-    """The tools one environment offers after a reset on ``row``."""
-    return list(first_reset(make_env, row)[0].tools)
+def offered_tools(make_env: Any, row: dict[str, Any], name: str = "", timeout_s: float | None = None) -> list[dict]:
+    """The tools one environment offers after a reset on ``row`` (under the step limit; one that fails,
+    hangs or returns something wrong is a one-line error naming it: ``environments/calls.py``)."""
+    return list(first_reset(make_env, row, name, timeout_s).tools)
 
 
 def applicable_probes(renderer: ChatRenderer, uses_tools: bool) -> tuple[str, ...]:
@@ -273,13 +258,19 @@ def applicable_probes(renderer: ChatRenderer, uses_tools: bool) -> tuple[str, ..
 
 
 def startup_report(
-    renderer: ChatRenderer, make_env: Any, row: dict[str, Any], tool_parser: str | None = AUTO, model_name: str = ""
+    renderer: ChatRenderer,
+    make_env: Any,
+    row: dict[str, Any],
+    tool_parser: str | None = AUTO,
+    model_name: str = "",
+    env_name: str = "",
+    timeout_s: float | None = None,
 ) -> tuple[str | None, list[str]]:
     """What to print before the first step of a task played in an environment: the tool-call parser
     (configured, or chosen from the template and the model's name) and the template check over the
     tools one environment offers (no parser when it offers none and none is configured). Warns once about
     each template difference that this run can meet. Returns (parser or None, lines)."""
-    reset, _ = first_reset(make_env, row)
+    reset = first_reset(make_env, row, env_name, timeout_s)
     tools = list(reset.tools) or None
     in_prompt = bool(reset.info.get("tools_in_system_prompt"))
     if (tool_parser or AUTO) == AUTO and not tools and not in_prompt:

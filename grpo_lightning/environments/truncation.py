@@ -10,23 +10,37 @@ that raises or runs past ``task.step_timeout_s`` fails the episode, as a step wo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from grpo_lightning.environments.limits import CONTEXT, MAX_TOTAL_TOKENS, MAX_TURNS
+from grpo_lightning.environments.returns import EnvironmentReturnError
+from grpo_lightning.rewards.values import as_reward
 
 HOOK = "on_truncated"
 LIMITS = frozenset({MAX_TURNS, MAX_TOTAL_TOKENS, CONTEXT})  # the runner's limits (failures are not asked)
 INFO = "truncated_reward"  # where the hook's reward is recorded in the episode's info
 
 
-async def reward_at_limit(env: Any, episode: Any, call: Callable[..., Awaitable[Any]]) -> None:
+async def reward_at_limit(env: Any, episode: Any, call: Callable[..., Awaitable[Any]], name: str = "") -> None:
     """Ask ``env`` for the reward of ``episode`` if a limit ended it and the environment has the hook;
-    ``call`` is the runner's environment call (timeouts and failures as for a step)."""
+    ``call(env, fn, *args)`` is the runner's environment call (timeouts and failures as for a step). A
+    reward that is not a finite number or None is the environment's bug: one line naming it, as for a
+    step's reward (``returns.py``)."""
     hook = getattr(env, HOOK, None)
     if hook is None or episode.stop_reason not in LIMITS:
         return
-    reward = await call(hook, episode.stop_reason)
+    value = await call(env, hook, episode.stop_reason)
+    try:
+        reward = as_reward(value)
+    except TypeError:
+        reward = math.nan
+    if reward is not None and not math.isfinite(reward):
+        raise EnvironmentReturnError(
+            f"environment {name or type(env).__name__!r}: {HOOK}() must return a finite number or None (as a step's "
+            f"reward), got a {type(value).__name__}: {value!r:.80}; fix what its {HOOK}() returns"
+        )
     if reward is not None:
-        episode.step_rewards.append(float(reward))
-        episode.info[INFO] = float(reward)
+        episode.step_rewards.append(reward)
+        episode.info[INFO] = reward

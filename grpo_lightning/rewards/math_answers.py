@@ -9,7 +9,7 @@ runs in a worker thread under async generation, a notebook's executor, ...). It 
 here and replaced by a deadline of our own: the check runs in a helper thread and a check past
 :data:`DEADLINE_S` counts as "not equal", with one warning. A thread cannot be stopped, so the
 stuck check finishes in the background and later checks use a fresh thread; a reward that must
-be killable runs under ``task.reward_timeout_s`` (a worker process).
+be killable runs under ``task.reward_process=true`` (a worker process killed at ``task.reward_timeout_s``).
 """
 
 from __future__ import annotations

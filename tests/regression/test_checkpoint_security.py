@@ -11,7 +11,6 @@ import pickle
 import random
 import subprocess
 import sys
-import warnings
 from collections import deque
 from concurrent.futures import Future
 
@@ -22,7 +21,6 @@ import torch
 from conftest import fit as fit_plain
 from conftest import make_config
 
-from grpo_lightning.build import build_run, fit
 from grpo_lightning.callbacks import HealthMonitor
 from grpo_lightning.config import RolloutConfig
 from grpo_lightning.errors import CheckpointError
@@ -33,6 +31,7 @@ from grpo_lightning.rollout import AsyncRolloutGenerator, HFEngine, Sampling
 from grpo_lightning.rollout.async_generator import PendingGeneration
 from grpo_lightning.rollout.engine import Completion, GenerationRequest
 from grpo_lightning.runtime.checkpoints import checkpoints_in, rng_state, set_rng_state
+from tests.helpers.runs import train
 
 
 class Payload:
@@ -228,15 +227,6 @@ def config(make_config, tmp_path, name, steps, **overrides):
             **overrides,
         },
     )
-
-
-def train(cfg):
-    run = build_run(cfg)
-    trainer = run.trainer(cfg, enable_progress_bar=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit(run, trainer, cfg)
-    return run, trainer
 
 
 @pytest.fixture(scope="module")

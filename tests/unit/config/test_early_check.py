@@ -63,6 +63,7 @@ def test_the_early_check_imports_no_heavy_library():
         (["task.rewards={formt: 1.0}"], "task.rewards.formt='formt' is not a registered reward function"),
         (["task.rewards.arithmetic_exactt=1"], "did you mean 'arithmetic_exact'?"),
         (["task.correctness_reward=gsm_exat"], "did you mean 'gsm_exact'?"),
+        (["rewards.bogus=1"], "rewards.bogus is not a config field"),
     ],
 )
 def test_errors_found_early(argv, message):
@@ -90,6 +91,9 @@ def test_errors_found_early(argv, message):
         ["hydra.searchpath=[file:///my/conf]", "task=my_task"],  # a task option of the user's folder
         ["+preset=smollm2_reasoning_gym", "task.dataset=chain_sum"],
         ["task=gsm", "rollout=vllm", "algorithm=dapo", "logger=csv"],
+        ["task=code", "rewards.code_tests.cpu_s=3", "rewards.code_tests.cpux=3"],  # a source's node (issue 46)
+        ["rewards.judge.url=http://127.0.0.1:8000/v1", "rewards.judge.model=judge"],
+        ["rewards.reward_model.path=/models/rm", "rewards.reward_model.dtype=bfloat16"],
     ],
 )
 def test_left_for_the_full_path(argv):

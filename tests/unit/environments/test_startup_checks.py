@@ -10,6 +10,7 @@ from grpo_lightning.environments.base import Reset
 from grpo_lightning.environments.episode import EpisodeRunner
 from grpo_lightning.environments.limits import EpisodeLimits
 from grpo_lightning.environments.render import ChatRenderer
+from grpo_lightning.environments.returns import EnvironmentReturnError
 from grpo_lightning.environments.rollout import EpisodeRollout
 from grpo_lightning.environments.startup_checks import check_first_messages, limit_warnings
 from grpo_lightning.environments.template_checks import ToolsInSystemPrompt
@@ -37,8 +38,8 @@ def test_text_the_tokenizer_cannot_encode_stops_the_run_naming_the_row_role_and_
     message = str(caught.value)
     assert "task.environment=mine: the first messages of training row 1 hold characters ['a', 'b']" in message
     assert "'user' message" in message and "model.tiny.alphabet" in message
-    env, length = check_first_messages(TINY, lambda row: Says("12"), rows[:1], "mine", context=128)
-    assert length == len(TINY.prompt_ids(env.reset(0, {}).messages))
+    length = check_first_messages(TINY, lambda row: Says("12"), rows[:1], "mine", context=128)
+    assert length == len(TINY.prompt_ids(Says("12").reset(0, {}).messages))
 
 
 def test_a_prompt_that_fills_the_context_is_refused():
@@ -108,3 +109,12 @@ def test_the_on_truncated_hook_rewards_an_episode_a_limit_ended_and_only_that():
     assert play(done, max_turns=4).stop_reason == "done" and done.asked == []
     failing = play(Partial(turns=5, fail=True), max_turns=2)
     assert failing.stop_reason == "env_error" and "cannot score" in failing.error
+
+
+def test_an_on_truncated_reward_that_is_not_a_number_ends_the_run_naming_the_environment():
+    class Wrong(Partial):
+        def on_truncated(self, reason):
+            return "0.5"  # coerced by float() it would pass; refused as a step's reward is
+
+    with pytest.raises(EnvironmentReturnError, match=r"on_truncated\(\) must return a finite number or None"):
+        play(Wrong(turns=5), max_turns=2)
