@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from transformers import AutoTokenizer
 
 pytestmark = pytest.mark.slow  # two short CLI runs (the docs' own commands)
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +60,25 @@ def test_the_echo_environment_trains_and_evaluates_from_the_cli_as_the_docs_writ
     assert summary["held_out"]["before"]["step"] == 0 and summary["held_out"]["after"]["step"] == 10
     assert summary["held_out"]["after"]["val/reward"] == pytest.approx(float(val[-1]["val/reward"]))
     assert (run / "report.png").stat().st_size > 10_000
+    check_turns(run)
     # grpo-lightning-eval on the trained run plays the same held-out games: the after row again
     table = result.stdout.splitlines()
     row = next(line for line in table if line.startswith("all"))
     assert float(row.split()[2]) == pytest.approx(summary["held_out"]["after"]["val/reward"], abs=1e-4)
+
+
+def check_turns(run: Path) -> None:
+    """completions.jsonl holds each episode turn by turn, and its mask-1 ids are what the environment
+    read: Echo rewards each turn len(text) / 10, the text it was handed (the sampled ids decoded)."""
+    tokenizer = AutoTokenizer.from_pretrained(run / "hf" / "final")
+    records = [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
+    assert records
+    for record in records:
+        turns = record["turns"]
+        assert turns[0]["role"] == "prompt" and turns[0]["loss_mask"] == 0
+        sampled = [turn for turn in turns if turn["role"] == "assistant"]
+        assert len(sampled) == record["num_turns"] >= 1 and record["stop_reason"] in ("done", "max_turns", "context")
+        assert all(turn["loss_mask"] == (turn["role"] == "assistant") for turn in turns)
+        assert all(turn["text"] == tokenizer.decode(turn["tokens"]) for turn in turns)
+        read = [len(tokenizer.decode(turn["tokens"], skip_special_tokens=True)) / 10 for turn in sampled]
+        assert record["step_rewards"] == pytest.approx(read)
