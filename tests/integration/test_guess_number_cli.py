@@ -14,13 +14,12 @@ from grpo_lightning.models import load_policy
 
 pytestmark = pytest.mark.slow  # a few seconds: a whole (short) run
 
-ARGS = (
+ARGS = (  # README: `grpo-lightning task=guess_number` (its turn budget for the tiny model: 3 tokens)
     "task=guess_number",
     "logger=csv",
     "trainer.max_steps=2",
     "rollout.prompts_per_step=2",
     "rollout.num_generations=4",
-    "rollout.max_new_tokens=3",
 )
 
 
@@ -37,7 +36,7 @@ def run_cli(tmp_path, monkeypatch, *extra: str):
     return file
 
 
-def test_guess_number_trains_from_the_cli_and_logs_episode_metrics(tmp_path, monkeypatch, caplog):
+def test_guess_number_trains_from_the_cli_and_logs_episode_metrics(tmp_path, monkeypatch, caplog, recwarn):
     caplog.set_level(logging.INFO)
     file = run_cli(tmp_path, monkeypatch)
     rows = [row for row in csv.DictReader(file.open()) if row.get("reward/mean")]
@@ -51,8 +50,13 @@ def test_guess_number_trains_from_the_cli_and_logs_episode_metrics(tmp_path, mon
     # At start: the parser and the template's verdict, in the run's log (what a user reads later;
     # caplog misses them once an earlier in-process run configured logging).
     printed = (tmp_path / "run" / "train.log").read_text()
-    assert "tool-call parser: " in printed
-    assert "chat template: no tools offered" in printed
+    assert "tool-call parser: none (the environment offers no tools" in printed
+    assert "chat template: no tools offered" in printed and "rollout.max_new_tokens=3" in printed
+    # none of the start-up warnings that do not apply to a game without tools on a template-less model
+    assert [str(w.message) for w in recwarn if "grpo_lightning" in w.filename] == []
+    # the held-out games, before training and after: the same 32 games (eval.num_prompts caps at 64)
+    val = [row for row in csv.DictReader(file.open()) if row.get("val/reward")]
+    assert len(val) == 2 and all(0 <= float(row["val/success"]) <= 1 for row in val)
 
 
 def test_a_teacher_scores_an_episodes_own_turns_where_the_student_sampled_them(tmp_path, monkeypatch):
@@ -63,7 +67,8 @@ def test_a_teacher_scores_an_episodes_own_turns_where_the_student_sampled_them(t
     policy, tokenizer = load_policy(ModelConfig(name_or_path="tiny"))  # the CLI's student, as it starts
     policy.save_pretrained(tmp_path / "teacher")
     tokenizer.save_pretrained(tmp_path / "teacher")
-    file = run_cli(tmp_path, monkeypatch, f"algorithm.teacher.path={tmp_path / 'teacher'}")
+    teacher = f"algorithm.teacher.path={tmp_path / 'teacher'}"
+    file = run_cli(tmp_path, monkeypatch, teacher, "eval.before_training=false", "eval.num_prompts=2")
     first = next(row for row in csv.DictReader(file.open()) if row.get("distill/kl"))
     assert first["step"] == "1" and float(first["rollout/episodes/env_tokens"]) > 0  # replies between the turns
     assert abs(float(first["distill/kl"])) < 1e-5 and float(first["distill/kl_k3"]) < 1e-5
