@@ -22,16 +22,20 @@ from grpo_lightning.config import TrainConfig, checkpointing_mode, validate_conf
 from grpo_lightning.config.effective import apply_model_defaults, differences
 from grpo_lightning.data import PromptDataModule
 from grpo_lightning.data.files import max_prompt_tokens, prompt_check
+from grpo_lightning.data.images import image_refs
 from grpo_lightning.data.mixture import head_per_source
 from grpo_lightning.data.prompting import PromptFormatter
+from grpo_lightning.data.vision_prompting import VisionPrompts
 from grpo_lightning.environments.limits import EpisodeTaskConfig
 from grpo_lightning.environments.rollout import EpisodeRollout
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.allocator import apply_huge_pages, huge_pages_report, release_freed_memory
 from grpo_lightning.models.compile import compile_training_models
+from grpo_lightning.models.loading import default_lora_targets
 from grpo_lightning.models.lora import apply_lora, lora_enabled
 from grpo_lightning.models.memory import check_memory
 from grpo_lightning.models.sharding import build_strategy
+from grpo_lightning.models.vision.processor import as_tokenizer, processor_of
 from grpo_lightning.rewards.sources import bind_sources
 from grpo_lightning.rollout import (
     ENGINES,
@@ -201,7 +205,7 @@ def build_run(
     given = take_objects(
         cfg,
         model=model,
-        tokenizer=tokenizer,
+        tokenizer=as_tokenizer(tokenizer),  # TRL's processing_class may be a VLM's processor
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         reward_funcs=reward_funcs,
@@ -224,7 +228,8 @@ def build_run(
         loaded = None if given.tokenizer is None else (given.tokenizer, _context(given.policy))
         records = checked("train_dataset", *records, prompt_check(cfg, loaded))
     datamodule = build_datamodule(cfg, records)
-    check_memory(cfg)  # a batch that cannot fit: refused now, not minutes into the first step
+    # A batch that cannot fit: refused now, not minutes into the first step.
+    check_memory(cfg, images_per_prompt=max((len(image_refs(r)) for r in datamodule.train_records[:1000]), default=0))
     # After the data: a run that fails on its inputs says only what failed (cli_errors).
     if cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available():
         report = huge_pages_report(cfg.trainer.huge_pages)
@@ -233,7 +238,7 @@ def build_run(
     if given.policy is not None:
         policy, tokenizer = given.policy, given.tokenizer
         if lora_enabled(cfg.model.lora):
-            policy = apply_lora(policy, cfg.model.lora)
+            policy = apply_lora(policy, cfg.model.lora, default_targets=default_lora_targets(policy))
     else:
         policy, tokenizer = load_policy(cfg.model)
         tokenizer = given.tokenizer or tokenizer
@@ -265,6 +270,8 @@ def build_run(
         **extra,
     )
     rollout.max_steps, rollout.num_train_prompts = cfg.trainer.max_steps, len(datamodule.train_records)
+    if processor_of(tokenizer) is not None:  # a vision-language policy: prompts with their images
+        rollout.vision = VisionPrompts(processor_of(tokenizer), cfg.task.system_prompt)
     if isinstance(task := cfg.task.promoted(), EpisodeTaskConfig):  # multi-turn: episodes in an environment
         context = r.vllm.max_model_len or getattr(policy.config, "max_position_embeddings", None)
         rollout.episodes = EpisodeRollout.from_task(

@@ -19,6 +19,8 @@ CPU with gloo as on GPUs with NCCL.
 
 from __future__ import annotations
 
+import copy
+
 from torch import nn
 
 DATA_PARALLEL = "data_parallel"
@@ -68,9 +70,18 @@ def shard_module(module, mesh) -> None:
     """Shard a GRPOModule's policy and (a model of its own) reference over ``mesh``."""
     if is_sharded(module.policy):
         return
+    if isinstance(module.reference, nn.Module) and _shares_parameters(module.reference, module.policy):
+        # Each FSDP root shards its own parameters: a reference sharing the policy's frozen ones (a VLM's
+        # vision tower) gets a copy of its own first.
+        module.reference = copy.deepcopy(module.reference)
     shard_model(module.policy, mesh)
     if isinstance(module.reference, nn.Module):
         shard_model(module.reference, mesh)
+
+
+def _shares_parameters(a: nn.Module, b: nn.Module) -> bool:
+    mine = {id(p) for p in a.parameters()}
+    return any(id(p) in mine for p in b.parameters())
 
 
 def build_strategy(strategy: str, devices: int, num_nodes: int):
