@@ -16,7 +16,8 @@ MODEL_DTYPES = ("float32", "bfloat16", "float16", "auto")
 # smaller lr and room to answer. A folder or hub name brings none: set algorithm.lr for it.
 MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "tiny": {},
-    "tiny_vlm": {},
+    # One-character answers (task=shapes), learnt from scratch: a larger step than the text model's.
+    "tiny_vlm": {"rollout.max_new_tokens": 2, "algorithm.lr": 1e-3},
     "smollm2_135m": {"algorithm.lr": 2e-5, "rollout.max_new_tokens": 64},
 }
 
