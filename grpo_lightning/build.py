@@ -35,6 +35,7 @@ from grpo_lightning.models.loading import default_lora_targets
 from grpo_lightning.models.lora import apply_lora, lora_enabled
 from grpo_lightning.models.memory import check_memory
 from grpo_lightning.models.sharding import build_strategy
+from grpo_lightning.models.vision.loading import vision_model_type
 from grpo_lightning.models.vision.processor import as_tokenizer, processor_of
 from grpo_lightning.rewards.sources import bind_sources
 from grpo_lightning.rollout import (
@@ -46,6 +47,7 @@ from grpo_lightning.rollout import (
     WeightSync,
 )
 from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
+from grpo_lightning.rollout.vllm_vision import refuse_unsupported
 from grpo_lightning.run_objects import take_objects
 from grpo_lightning.runtime.checkpoints import RunCheckpoints, checkpoints_in, fit_refusing_code, resume_path
 from grpo_lightning.runtime.csv_logger import ResumableCSVLogger, csv_version
@@ -214,6 +216,8 @@ def build_run(
     cfg.task = cfg.task.promoted()  # TaskConfig(name="gsm") from Python: gsm's own options, rewards included
     apply_model_defaults(cfg)  # the CLI's composition did it already; a config made in Python gets them here
     validate_config(cfg)
+    if cfg.rollout.engine == "vllm" and given.policy is None:  # a VLM family vLLM cannot run here: said first
+        refuse_unsupported(vision_model_type(cfg.model), cfg.rollout)
     quiet_console(load_vllm=cfg.rollout.engine == "vllm")  # third-party notes nobody acts on (logging_setup.py)
     rank_zero_info("config (values that differ from the defaults): " + ", ".join(differences(cfg)))
     lock = lock_run_folder(cfg.trainer.output_dir)  # a second run in this folder fails here, at once

@@ -11,9 +11,13 @@ import string
 
 from PIL import Image, ImageDraw
 
-from grpo_lightning.config import ModelConfig
+from grpo_lightning.config import ModelConfig, RolloutConfig
+from grpo_lightning.data.vision_prompting import VisionPrompts
 from grpo_lightning.models import load_policy
+from grpo_lightning.models.vision.processor import processor_of
 from grpo_lightning.models.vision.tiny import build_tiny_vlm, build_vision_tokenizer
+from grpo_lightning.rewards import RewardScorer
+from grpo_lightning.rollout import HFEngine, RolloutGenerator, Sampling
 
 FAMILIES = ("llava", "qwen2_vl")
 
@@ -59,3 +63,18 @@ def random_records(rng: random.Random, count: int, min_images: int = 1, max_imag
             prompt = [{"role": "user", "content": text}]
         records.append({"prompt": prompt, "images": images, "answer": "1"})
     return records
+
+
+def vision_generator(policy, tokenizer, num_generations: int, engine=None, **sampling) -> RolloutGenerator:
+    """A RolloutGenerator with a VLM's prompts over ``engine`` (default: the HF engine on ``policy``)."""
+    if engine is None:
+        engine = HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id)
+    generator = RolloutGenerator(
+        engine=engine,
+        tokenizer=tokenizer,
+        scorer=RewardScorer.from_names({"shapes_short": 1.0}),
+        num_generations=num_generations,
+        sampling=Sampling.from_config(RolloutConfig(**sampling)),
+    )
+    generator.vision = VisionPrompts(processor_of(tokenizer))
+    return generator

@@ -39,6 +39,13 @@ class VisionFamily:
         completion is text); ``rows``: each row's :class:`VisionInputs` or None."""
         return (mask.long().cumsum(dim=1) - 1).clamp(min=0)
 
+    def image_tokens(self, config, inputs: VisionInputs) -> list[int]:
+        """Image tokens of each image of a prompt (images may sit side by side, one run of tokens);
+        ``config`` the model's.
+
+        By default the images share the prompt's image tokens equally (a fixed-size tower)."""
+        return [inputs.num_image_tokens // inputs.num_images] * inputs.num_images
+
     def language_model(self, model: nn.Module) -> nn.Module:
         """The text decoder: input embeddings and positions in, last hidden states out."""
         return model.model.language_model

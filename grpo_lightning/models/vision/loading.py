@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from torch import nn
 from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
+from grpo_lightning.errors import ConfigError
+from grpo_lightning.models.source import model_source
 from grpo_lightning.models.vision import compat
 from grpo_lightning.models.vision.families import family_of, is_vision_config
 from grpo_lightning.models.vision.processor import attach_processor
@@ -32,6 +34,18 @@ def is_vision_source(cfg: ModelConfig, source: str | None) -> bool:
     if cfg.name_or_path == TINY_VLM:
         return True
     return source is not None and is_vision_config(AutoConfig.from_pretrained(source))
+
+
+def vision_model_type(cfg: ModelConfig) -> str | None:
+    """The model type of a vision-language ``model.*`` (read from its config, no weights); None for a text
+    model or a name that does not resolve (its own error comes later)."""
+    if cfg.name_or_path == TINY_VLM:
+        return cfg.tiny_vlm.family
+    try:
+        config = AutoConfig.from_pretrained(model_source(cfg.name_or_path))
+    except (ConfigError, OSError, ValueError):
+        return None
+    return config.model_type if is_vision_config(config) else None
 
 
 def freezes_vision(cfg: ModelConfig) -> bool:

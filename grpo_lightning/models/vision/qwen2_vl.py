@@ -28,6 +28,10 @@ class Qwen2VLFamily(VisionFamily):
         features = model.model.get_image_features(pixels, grid, return_dict=True).pooler_output
         return split_per_prompt(list(features), inputs)
 
+    def image_tokens(self, config, inputs: VisionInputs) -> list[int]:
+        merge = config.vision_config.spatial_merge_size
+        return (inputs.tensors["image_grid_thw"].prod(dim=-1) // merge**2).tolist()
+
     def positions(
         self, model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, image_mask: torch.Tensor, rows: list
     ) -> torch.Tensor:

@@ -9,13 +9,9 @@ from dataclasses import replace
 
 import pytest
 import torch
-from helpers.vision import FAMILIES, load_folder, random_records
+from helpers.vision import FAMILIES, load_folder, random_records, vision_generator
 
-from grpo_lightning.config import AlgorithmConfig, RolloutConfig
-from grpo_lightning.data.vision_prompting import VisionPrompts
-from grpo_lightning.models.vision.processor import processor_of
-from grpo_lightning.rewards import RewardScorer
-from grpo_lightning.rollout import HFEngine, RolloutGenerator, Sampling
+from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.step.micro_batches import micro_batches
 from grpo_lightning.step.module import GRPOModule
 
@@ -23,18 +19,6 @@ from grpo_lightning.step.module import GRPOModule
 # summation order only (measured below 1e-6); a wrong pixel, position or image token moves them by far more.
 TOLERANCE = 1e-5
 CASES = 4
-
-
-def vision_generator(policy, tokenizer, num_generations: int, **sampling) -> RolloutGenerator:
-    generator = RolloutGenerator(
-        engine=HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id),
-        tokenizer=tokenizer,
-        scorer=RewardScorer.from_names({"test_length": 1.0}),
-        num_generations=num_generations,
-        sampling=Sampling.from_config(RolloutConfig(**sampling)),
-    )
-    generator.vision = VisionPrompts(processor_of(tokenizer))
-    return generator
 
 
 def policy_logprobs(policy, batch, pack: bool, size: int):
