@@ -252,6 +252,7 @@ DDP_SCENARIOS = {
     "nan_one_rank": 4,
     "f2_twin": 4,
     "trl_rewards": 2,
+    "vision_ddp": 3,
 }
 
 

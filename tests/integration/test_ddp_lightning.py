@@ -96,3 +96,14 @@ def test_fsdp_trains_lora_adapters_with_the_base_as_reference(reports):
     export = fsdp_lora[0]["export"]  # merged weights (plain transformers) plus the adapter folder
     assert export["architectures"] == ["LlamaForCausalLM"] and export["same_names"] and export["max_abs_diff"] == 0.0
     assert export["adapter_folder"]
+
+
+def test_a_vlm_with_a_frozen_tower_trains_under_ddp(reports):
+    """The frozen tower gets no gradient on any rank: DDP neither waits for one nor moves it."""
+    vision = reports("vision_ddp")
+    for report in vision:
+        assert report["steps"] == 3 and report["global_step"] == 3 and report["strategy"] == "DDPStrategy"
+        assert report["frozen_at_start"] != 0 and report["frozen_checksum"] == report["frozen_at_start"]
+        assert [a["check"] for a in report["alerts"]] == []
+    assert vision[0]["weights_checksum"] == vision[1]["weights_checksum"]
+    assert vision[0]["prompts"] != vision[1]["prompts"]  # each rank its own prompts (and images)
