@@ -3,9 +3,11 @@ answers a reward can check, for vision-language policies (``model=tiny_vlm``).
 
 Each question type has a few options, so chance is known per type (``1 / options``): a color
 (``r g b y``), a shape (``c s t``: circle, square, triangle), a count of shapes (``1 2 3 4``), the side
-a shape is on (``l r``), and, with two images, whether both show the same shape (``y n``). The
+a shape is on (``< >``), and, with two images, whether both show the same shape (``= !``). The
 text says the type and lists the options, so what a policy must learn beyond the format is in the
-picture. ``shapes_exact`` scores the first character (the answer) and logs each type's accuracy
+picture. No two types share an option: a character valid for several (red and right were both
+``r``) is where a policy that cannot see yet settles, answering it to every question, and a
+policy that answers one thing to a group learns nothing more (every reward of the group equal). ``shapes_exact`` scores the first character (the answer) and logs each type's accuracy
 (``reward/shapes_<type>``); ``shapes_option`` (any option first) and ``shapes_short`` (one character,
 then EOS) give the partial credit a policy that starts from random characters needs, and each fires
 within the first batches at random, so no reward is constant at the start.
@@ -29,8 +31,8 @@ QUESTIONS = {  # type -> (the question, its options)
     "color": ("color? r g b y", "rgby"),
     "shape": ("shape? c s t", "cst"),
     "count": ("count? 1 2 3 4", "1234"),
-    "side": ("side? l r", "lr"),
-    "same": ("same shape? y n", "yn"),
+    "side": ("side? < >", "<>"),
+    "same": ("same shape? = !", "=!"),
 }
 
 
@@ -95,11 +97,11 @@ def question(kind: str, rng: random.Random, size: int) -> tuple[list, str]:
         return [draw([s], size)], s[0]
     if kind == "side":
         side = rng.choice("lr")
-        return [draw([_one(rng, size, side=side)], size)], side
+        return [draw([_one(rng, size, side=side)], size)], "<" if side == "l" else ">"
     if kind == "same":
         first, same = rng.choice(SHAPES), rng.random() < 0.5
         second = first if same else rng.choice([s for s in SHAPES if s != first])
-        return [draw([_one(rng, size, shape=first)], size), draw([_one(rng, size, shape=second)], size)], "yn"[not same]
+        return [draw([_one(rng, size, shape=first)], size), draw([_one(rng, size, shape=second)], size)], "=!"[not same]
     count, cell, r = rng.randint(1, 4), size // 2, max(2, size // 8)
     quadrants = rng.sample([(0, 0), (1, 0), (0, 1), (1, 1)], count)
     shapes = [
