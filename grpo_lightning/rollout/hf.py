@@ -37,7 +37,7 @@ from grpo_lightning.rollout.graph_decode import (
     graph_decode_support,
 )
 from grpo_lightning.rollout.sampler import SeededSampler
-from grpo_lightning.rollout.vision_decode import VisionDecoder
+from grpo_lightning.rollout.vision_decode import VisionDecoder, fused_text_decoder
 
 
 class _SampleInProcessor(LogitsProcessor):
@@ -230,7 +230,10 @@ class HFEngine(EngineBase):
         progress = self._progress(requests, sampling)
         if self.vision:
             self._features = self._features or FeatureCache()  # a prompt's features once per generate call
-            decoder = VisionDecoder(self.model, mask, [r.vision for r in requests], self._features)
+            fused = (
+                fused_text_decoder(self.model, mask, sampling.max_new_tokens - 1) if self.decoder == "fused" else None
+            )
+            decoder = VisionDecoder(self.model, mask, [r.vision for r in requests], self._features, fused)
         else:
             decoder = self._decoder(mask, sampling.max_new_tokens - 1)
         logits = decoder.prefill(prompt_ids)
