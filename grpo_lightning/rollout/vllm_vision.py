@@ -54,6 +54,11 @@ def refuse_unsupported(model_type: str | None, rollout=None) -> None:
             "which needs torchvision (uninstalled here, docs/vllm.md); use rollout.engine=hf, a LLaVA-family "
             "model, or install the CPU build of torchvision that matches torch"
         )
+    if rollout is not None and rollout.mode == "async":
+        raise ConfigError(
+            "rollout.mode=async: a vision-language policy generates synchronously only (its queued requests "
+            "carry images, which a checkpoint of the generations in flight cannot hold yet); set rollout.mode=sync"
+        )
     if rollout is not None and (rollout.uses_server or not rollout.vllm.in_process):
         raise ConfigError(
             "rollout.vllm: a vision-language policy runs on the in-process vLLM engine only (its images reach a "

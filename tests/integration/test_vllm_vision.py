@@ -72,7 +72,7 @@ def test_the_qwen2_vl_family_on_vllm_is_refused_before_any_model_loads(tiny_vlm_
         assert_one_clear_line(code, err, seconds, ("rollout.engine=vllm", "qwen2_vl", "torchvision"), tmp_path / "run")
 
 
-def test_a_vlm_on_a_vllm_server_is_refused_in_one_line(tiny_vlm_folders, monkeypatch, tmp_path, capsys):
+def test_a_vlm_on_a_vllm_server_or_async_is_refused_in_one_line(tiny_vlm_folders, monkeypatch, tmp_path, capsys):
     """The server's completions API takes token ids only: no path for the images yet (docs/vision.md)."""
     for where in ("rollout.vllm.server.launch=true", "rollout.vllm.in_process=false"):
         code, err, seconds = run_cli(
