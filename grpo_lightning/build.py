@@ -18,7 +18,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from transformers import PreTrainedTokenizerBase
 
 from grpo_lightning.callbacks import CompletionsTable, HealthMonitor, RunProgress, RunReport, TrainingSummary
-from grpo_lightning.config import ConfigError, TrainConfig, checkpointing_mode, validate_config
+from grpo_lightning.config import TrainConfig, checkpointing_mode, validate_config
 from grpo_lightning.config.effective import apply_model_defaults, differences
 from grpo_lightning.data import PromptDataModule
 from grpo_lightning.data.files import max_prompt_tokens, prompt_check
@@ -216,14 +216,9 @@ def build_run(
     cfg.task = cfg.task.promoted()  # TaskConfig(name="gsm") from Python: gsm's own options, rewards included
     apply_model_defaults(cfg)  # the CLI's composition did it already; a config made in Python gets them here
     validate_config(cfg)
-    vision = vision_model_type(cfg.model) if given.policy is None else None  # a VLM: what cannot run, said first
-    if cfg.rollout.engine == "vllm":
-        refuse_unsupported(vision, cfg.rollout)
-    if vision is not None and cfg.trainer.strategy == "fsdp":
-        raise ConfigError(
-            "trainer.strategy=fsdp: a vision-language policy is not sharded yet (its passes call the text decoder "
-            "and the vision tower directly, which FSDP2's root unit does not gather); use trainer.strategy=ddp"
-        )
+    if cfg.rollout.engine == "vllm" and given.policy is None:  # a VLM family vLLM cannot run here: said first
+        refuse_unsupported(vision_model_type(cfg.model), cfg.rollout)
+
     quiet_console(load_vllm=cfg.rollout.engine == "vllm")  # third-party notes nobody acts on (logging_setup.py)
     rank_zero_info("config (values that differ from the defaults): " + ", ".join(differences(cfg)))
     lock = lock_run_folder(cfg.trainer.output_dir)  # a second run in this folder fails here, at once

@@ -253,6 +253,7 @@ DDP_SCENARIOS = {
     "f2_twin": 4,
     "trl_rewards": 2,
     "vision_ddp": 3,
+    "vision_fsdp": 3,
 }
 
 

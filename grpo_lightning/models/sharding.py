@@ -91,3 +91,23 @@ def build_strategy(strategy: str, devices: int, num_nodes: int):
     from lightning.pytorch.strategies import ModelParallelStrategy
 
     return ModelParallelStrategy(data_parallel_size=devices * num_nodes, tensor_parallel_size=1)
+
+
+def through_root(model: nn.Module, fn, *args):
+    """``fn(*args)`` run as the forward of ``model``'s root module: under FSDP2 the root unit's parameters
+    (embeddings, output head, a VLM's projector) are gathered only inside the root's forward, and its
+    gradients reduced only for tensors that forward returned. A VLM's passes call its parts directly
+    (the tower, the embeddings, the text decoder); routed through here they get the root's hooks too.
+    ``fn`` must return tensors (or tuples of them); without FSDP it is simply called."""
+    root = _root(model)
+    if not is_sharded(root):
+        return fn(*args)
+    own = root.__dict__.get("forward")
+    root.forward = fn
+    try:
+        return root(*args)
+    finally:
+        if own is None:
+            del root.forward
+        else:
+            root.forward = own

@@ -20,7 +20,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from grpo_lightning.models.lora import is_peft_model
-from grpo_lightning.models.sharding import is_sharded
+from grpo_lightning.models.sharding import is_sharded, through_root
 from grpo_lightning.models.vision.families import VisionFamily, family_of
 from grpo_lightning.models.vision.features import FeatureCache, embed_inputs
 from grpo_lightning.models.vision.forward import plain_model
@@ -87,6 +87,14 @@ class VisionDecoder:
         return self.head(hidden)
 
     def prefill(self, prompt_ids: torch.Tensor) -> torch.Tensor:
+        return through_root(self.model, self._prefill, prompt_ids)  # FSDP2: the root unit gathered
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.fused is not None:
+            return self.fused.step(tokens)
+        return through_root(self.model, self._step, tokens)
+
+    def _prefill(self, prompt_ids: torch.Tensor) -> torch.Tensor:
         embeds, positions = embed_inputs(
             self.model, self.family, prompt_ids, self.mask, prompt_ids.shape[1], self.rows, self.features
         )
@@ -96,9 +104,7 @@ class VisionDecoder:
             return self.fused.prefill_embeddings(embeds)
         return self._logits(embeds, positions)
 
-    def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        if self.fused is not None:
-            return self.fused.step(tokens)
+    def _step(self, tokens: torch.Tensor) -> torch.Tensor:
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
         self.last = self.last + 1
         positions = self.last[:, None]

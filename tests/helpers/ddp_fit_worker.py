@@ -17,6 +17,7 @@ Scenarios:
 - ``fsdp_lora``: ``fsdp`` with LoRA adapters (rank 8) and the KL term on;
 - ``vision_ddp``: the in-code tiny VLM with its vision tower frozen (``model.freeze_vision=true``) on
   task=shapes: the frozen tower gets no gradient on any rank (DDP must not wait for one) and stays as it was;
+- ``vision_fsdp``: ``vision_ddp`` sharded with FSDP2: the same prompts and seeds, so the same weights at the end;
 - ``trl_rewards``: task=dataset on the sums of ``trl_sums.write_sums`` scored by the TRL-style rewards of
   trl_style_rewards.py (each asserts that every column value belongs to its prompt), with
   dynamic sampling: a misaligned column fails the run.
@@ -129,7 +130,7 @@ def fit_scenario(scenario: str, out_dir: str, steps: int) -> None:
     cfg.trainer.devices = 2
     cfg.logger.kind = "none"
     cfg.trainer.output_dir = out_dir  # the exported hf/final goes there
-    if scenario.startswith("fsdp"):
+    if "fsdp" in scenario:
         cfg.trainer.strategy = "fsdp"
         cfg.algorithm.logprob_chunk_mb = 0.01  # several output-head chunks per micro-batch
     if scenario == "fsdp_lora":
@@ -155,7 +156,7 @@ def fit_scenario(scenario: str, out_dir: str, steps: int) -> None:
         )
     recorder = Recorder()
     frozen_at_start = float(sum(p.double().sum() for p in run.module.policy.parameters() if not p.requires_grad))
-    overrides = {} if scenario.startswith("fsdp") else {"strategy": "ddp"}
+    overrides = {} if "fsdp" in scenario else {"strategy": "ddp"}
     trainer = run.trainer(cfg, callbacks=[*run.callbacks, recorder], enable_progress_bar=False, **overrides)
     trainer.fit(run.module, datamodule=run.datamodule)
     export = {}

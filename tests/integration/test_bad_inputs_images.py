@@ -121,10 +121,3 @@ def test_good_images_load_from_every_format(file, files):
     records = read_records(files[file], "task.path", "prompt")
     prompt_check(cfg)(records, files[file])  # no error
     assert all(load_image(ref).mode == "RGB" for r in records for ref in image_refs(r))
-
-
-def test_fsdp_with_a_vlm_is_refused_in_one_line(monkeypatch, tmp_path, capsys):
-    code, err, seconds = run_cli(
-        monkeypatch, tmp_path, capsys, ("model=tiny_vlm", "task=shapes", "trainer.strategy=fsdp")
-    )
-    assert_one_clear_line(code, err, seconds, ("trainer.strategy=fsdp", "trainer.strategy=ddp"), tmp_path / "run")

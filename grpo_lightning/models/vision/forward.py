@@ -5,7 +5,9 @@ carries images. The input embeddings and positions come from :func:`embed_inputs
 function the engine's prefill uses), then the text decoder and the output head, a chunk of rows
 at a time as for a text model.
 
-Packing (``algorithm.pack_sequences``) works on image sequences too: the embeddings and the
+Under FSDP2 the pass runs as the root module's forward (:func:`through_root`), so the root unit's
+parameters are gathered and their gradients reduced. Packing (``algorithm.pack_sequences``) works
+on image sequences too (not yet under FSDP): the embeddings and the
 positions are packed with the ids (:attr:`PackedMicroBatch.dest`), and 3-D positions travel as
 ``[4, rows, width]``: a text row restarting at 0 per sequence, from which transformers builds the
 block-diagonal mask, then the three multimodal rows (packed 3-D positions alone would leave the
@@ -24,6 +26,7 @@ from grpo_lightning.algorithm.logprobs import TokenLogProbs, lm_head_log_probs, 
 from grpo_lightning.algorithm.packing import PackedMicroBatch, pack_layout, scatter_completion
 from grpo_lightning.algorithm.truncation import Truncation
 from grpo_lightning.models.lora import is_peft_model
+from grpo_lightning.models.sharding import is_sharded, through_root
 from grpo_lightning.models.vision.families import VisionFamily, family_of
 from grpo_lightning.models.vision.features import FeatureCache, embed_inputs
 from grpo_lightning.records import VarLen, VisionInputs
@@ -64,16 +67,21 @@ class VisionLogProbs:
     ) -> TokenLogProbs:
         model = plain_model(model)
         family = family_of(model)
+        pack = pack and not is_sharded(model)  # the probe would run outside the sharded root's forward
         if pack and self.packing_verified is None:
             self.packing_verified = self._probe(model, family)
-        embeds, positions = embed_inputs(model, family, input_ids, attention_mask, prompt_width, rows, self.cache)
-        targets = input_ids[:, prompt_width:]
         args = (temperature, with_entropy, entropy_grad, truncation)
-        if pack and self.packing_verified and bool(attention_mask[:, prompt_width:].any()):
-            return self._packed(model, family, input_ids, attention_mask, prompt_width, embeds, positions, *args)
-        lm = family.language_model(model)
-        hidden = lm(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=positions, use_cache=False)
-        return self._head(model, hidden.last_hidden_state[:, prompt_width - 1 : -1], targets, *args)
+
+        def forward(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> TokenLogProbs:
+            embeds, positions = embed_inputs(model, family, input_ids, attention_mask, prompt_width, rows, self.cache)
+            if pack and self.packing_verified and bool(attention_mask[:, prompt_width:].any()):
+                return self._packed(model, family, input_ids, attention_mask, prompt_width, embeds, positions, *args)
+            lm = family.language_model(model)
+            hidden = lm(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=positions, use_cache=False)
+            targets = input_ids[:, prompt_width:]
+            return self._head(model, hidden.last_hidden_state[:, prompt_width - 1 : -1], targets, *args)
+
+        return through_root(model, forward, input_ids, attention_mask)  # FSDP2: the root unit gathered
 
     def _head(self, model, hidden, targets, temperature, with_entropy, entropy_grad, truncation) -> TokenLogProbs:
         head = model.get_output_embeddings()

@@ -11,12 +11,12 @@ import torch
 from helpers.vision import FAMILIES, load_folder, random_records
 from transformers import AutoProcessor
 
-from grpo_lightning.config import ModelConfig
+from grpo_lightning.config import ModelConfig, TrainConfig
 from grpo_lightning.config.model import LoraModelConfig, TinyVlmConfig
 from grpo_lightning.data.vision_prompting import VisionPrompts
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.loading import load_tokenizer
-from grpo_lightning.models.memory import model_shape
+from grpo_lightning.models.memory import model_shape, step_bytes
 from grpo_lightning.models.vision import family_of
 from grpo_lightning.models.vision.compat import torchvision_installed
 from grpo_lightning.models.vision.processor import processor_of
@@ -94,3 +94,15 @@ def test_the_memory_estimate_reads_a_vlms_text_and_vision_shapes(tiny_vlm_folder
         shape = model_shape(ModelConfig(name_or_path=name))
         assert shape.hidden == 64 and shape.layers == 2 and shape.vision_hidden == 64
         assert shape.patches_per_image == shape.tokens_per_image == 16  # 32 / 8 squared
+
+
+def test_the_memory_estimate_grows_with_the_images_of_a_prompt():
+    """Image tokens lengthen every sequence and the tower runs on every image: both are counted."""
+    cfg = TrainConfig()
+    cfg.model = ModelConfig(name_or_path="tiny_vlm")
+    shape = model_shape(cfg.model)
+    sizes = [sum(step_bytes(cfg, shape, images).values()) for images in range(4)]
+    assert sizes == sorted(sizes) and len(set(sizes)) == 4
+    assert "vision tower activations" in step_bytes(cfg, shape, 1) and "vision tower activations" not in step_bytes(
+        cfg, shape, 0
+    )
