@@ -75,14 +75,13 @@ def draw(shapes: list[tuple[str, str, tuple[int, int], int]], size: int) -> Imag
 
 
 def _one(rng: random.Random, size: int, shape: str | None = None, side: str | None = None):
-    r = size // 4
-    x = (
-        rng.randint(r, size // 2 - 1)
-        if side == "l"
-        else rng.randint(size // 2 + 1, size - r - 1)
-        if side
-        else size // 2
-    )
+    """One shape: centred across the picture, or (``side``) a smaller one wholly inside the left or right half."""
+    if side is None:
+        r = size // 4
+        x = size // 2
+    else:
+        r = size // 8
+        x = rng.randint(r, size // 2 - r - 1) if side == "l" else rng.randint(size // 2 + r, size - r - 1)
     y = rng.randint(r, size - r - 1)
     return (shape or rng.choice(SHAPES), rng.choice(list(COLORS)), (x, y), r)
 

@@ -22,8 +22,11 @@ def read_answer(kind: str, images: list) -> str:
     if kind == "color":
         mean = pixels[mask].mean(axis=0)
         return min(COLORS, key=lambda c: np.abs(np.array(COLORS[c]) - mean).sum())
-    if kind == "side":
-        return "<" if np.nonzero(mask)[1].mean() < size / 2 else ">"
+    if kind == "side":  # the shape lies wholly in one half: one across the middle has no side
+        columns = np.nonzero(mask)[1]
+        if columns.max() < size // 2:
+            return "<"
+        return ">" if columns.min() >= size // 2 else "across the middle"
     if kind == "count":
         half = size // 2
         return str(sum(bool(mask[y : y + half, x : x + half].any()) for y in (0, half) for x in (0, half)))
