@@ -37,7 +37,8 @@ from grpo_lightning.models.memory import check_memory
 from grpo_lightning.models.sharding import build_strategy
 from grpo_lightning.models.vision.loading import vision_model_type
 from grpo_lightning.models.vision.processor import as_tokenizer, processor_of
-from grpo_lightning.rewards.sources import bind_sources
+from grpo_lightning.rewards.sources import bind_sources, build_sources
+from grpo_lightning.rewards.sources.sandbox import keep_private
 from grpo_lightning.rollout import (
     ENGINES,
     AsyncRolloutGenerator,
@@ -52,7 +53,7 @@ from grpo_lightning.run_objects import take_objects
 from grpo_lightning.runtime.checkpoints import RunCheckpoints, checkpoints_in, fit_refusing_code, resume_path
 from grpo_lightning.runtime.csv_logger import ResumableCSVLogger, csv_version
 from grpo_lightning.runtime.logging_setup import quiet_console
-from grpo_lightning.runtime.resume_check import config_record
+from grpo_lightning.runtime.resume_check import check_before_loading, config_record
 from grpo_lightning.runtime.run_lock import RunLock, lock_run_folder
 from grpo_lightning.step.module import GRPOModule
 from grpo_lightning.tasks import source_weights, task_records, task_scorer
@@ -76,6 +77,7 @@ class Run:
     checkpoints: RunCheckpoints | None = None  # periodic checkpoints, hf/ export, SIGINT/SIGTERM
     lock: RunLock | None = None  # the output folder's lock (global rank 0), released when fit ends
     report: RunReport | None = None  # report.png, summary.json, completions.jsonl in the output folder
+    resume_from: Path | None = None  # the checkpoint trainer.resume names (checked before the model loaded)
 
     @property
     def rollout(self) -> RolloutGenerator:
@@ -142,20 +144,20 @@ def validation_kwargs(cfg: TrainConfig, datamodule: PromptDataModule) -> dict:
 def fit(run: Run, trainer: L.Trainer, cfg: TrainConfig) -> None:
     """``Trainer.fit`` (from ``trainer.resume``'s checkpoint if any) with the baseline evaluation
     before a fresh run and a final one if the last step had none."""
-    has_val = bool(run.datamodule.val_records)
-    ckpt_path = resume_path(cfg.trainer.resume, cfg.trainer.output_dir)
-    if has_val and cfg.eval.before_training and ckpt_path is None:
-        trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
     try:
+        has_val = bool(run.datamodule.val_records)
+        ckpt_path = run.resume_from
+        if has_val and cfg.eval.before_training and ckpt_path is None:
+            trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
         fit_refusing_code(trainer, run.module, run.datamodule, ckpt_path)  # checkpoints load as data, never code
-    finally:
+        if run.checkpoints is not None and run.checkpoints.interrupted is not None:
+            return
+        every, batches = cfg.eval.every_n_steps, run.datamodule.num_batches or 0
+        if has_val and every > 0 and batches % min(every, batches or every):
+            trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
+    finally:  # after the last write of the run (the final evaluation's report): the user's umask comes back
         if run.lock is not None:
             run.lock.release()
-    if run.checkpoints is not None and run.checkpoints.interrupted is not None:
-        return
-    every, batches = cfg.eval.every_n_steps, run.datamodule.num_batches or 0
-    if has_val and every > 0 and batches % min(every, batches or every):
-        trainer.validate(run.module, datamodule=run.datamodule, verbose=False)
 
 
 def build_logger(cfg: TrainConfig, logged_config: dict | None = None) -> Logger | bool:
@@ -221,7 +223,8 @@ def build_run(
 
     quiet_console(load_vllm=cfg.rollout.engine == "vllm")  # third-party notes nobody acts on (logging_setup.py)
     rank_zero_info("config (values that differ from the defaults): " + ", ".join(differences(cfg)))
-    lock = lock_run_folder(cfg.trainer.output_dir)  # a second run in this folder fails here, at once
+    # A second run in this folder fails here, at once; what this one writes is private to its user.
+    lock = lock_run_folder(cfg.trainer.output_dir, private=not cfg.trainer.share_outputs)
     apply_huge_pages(cfg.trainer.huge_pages)  # in time only if nothing allocated yet (allocator.py)
     if cfg.trainer.num_threads > 0:
         torch.set_num_threads(cfg.trainer.num_threads)
@@ -235,6 +238,10 @@ def build_run(
     datamodule = build_datamodule(cfg, records)
     # A batch that cannot fit: refused now, not minutes into the first step.
     check_memory(cfg, images_per_prompt=max((len(image_refs(r)) for r in datamodule.train_records[:1000]), default=0))
+    resume_from = resume_path(cfg.trainer.resume, cfg.trainer.output_dir)
+    record = config_record(cfg)
+    # Another model shape, a refused change, a truncated file: one line now, not after the model loads.
+    check_before_loading(resume_from, record, cfg.trainer.max_steps, cfg.trainer.resume_allow_changes)
     # After the data: a run that fails on its inputs says only what failed (cli_errors).
     if cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available():
         report = huge_pages_report(cfg.trainer.huge_pages)
@@ -255,10 +262,13 @@ def build_run(
         extra["off_policy_action"] = r.off_policy_action
     v = r.vllm
     bind_sources(cfg.rewards)  # rewards.<source>.* for the sources task.rewards names
+    keep_private(cfg.trainer.output_dir)  # never shown to a sandboxed program, wherever it is
+    scorer = task_scorer(cfg.task, cfg.plugin_entries())
+    build_sources(r.fn for r in scorer.rewards)  # a bad judge URL or reward model folder fails here, not in step 1
     rollout = generator_cls(
         engine=engine if engine is not None else build_engine_factory(cfg, tokenizer),
         tokenizer=tokenizer,
-        scorer=task_scorer(cfg.task, cfg.plugin_entries()),
+        scorer=scorer,
         num_generations=r.num_generations,
         sampling=Sampling.from_config(r),
         seed=cfg.trainer.seed,
@@ -306,7 +316,7 @@ def build_run(
         every_n_steps=t.checkpoint_every_n_steps,
         keep=t.keep_checkpoints,
         export_every_n_steps=t.export_every_n_steps,
-        config=config_record(cfg),
+        config=record,
         allow_changes=t.resume_allow_changes,
     )
     lg = cfg.logger
@@ -315,7 +325,7 @@ def build_run(
     logger = build_logger(cfg, logged_config)
     if isinstance(logger, WandbLogger) and cfg.logger.table_every_n_steps > 0:
         callbacks.append(CompletionsTable(cfg.logger.table_every_n_steps, cfg.logger.table_rows))
-    return Run(module, datamodule, callbacks, logger, tokenizer, health, checkpoints, lock, report)
+    return Run(module, datamodule, callbacks, logger, tokenizer, health, checkpoints, lock, report, resume_from)
 
 
 def _context(policy) -> int | None:

@@ -18,7 +18,10 @@ from grpo_lightning.cli_errors import end_on_error, run_cli
 from grpo_lightning.config import TrainConfig, validate_config
 from grpo_lightning.config.compose import CONF_DIR, SCHEMA, finish, plan
 from grpo_lightning.config.early import early_check
+from grpo_lightning.config_docs import cli_help
+from grpo_lightning.runtime import process_exit
 from grpo_lightning.runtime.logging_setup import HTTP_LOGGERS, quiet_http_logs
+from grpo_lightning.runtime.run_lock import HydraCallbackRefused, release_all
 
 _SCHEMA = SCHEMA  # the schema Hydra composes onto (grpo_lightning/config/compose.py says why)
 __all__ = ["CONF_DIR", "HTTP_LOGGERS", "cli", "main", "quiet_http_logs", "run", "to_train_config"]
@@ -46,7 +49,7 @@ class Interrupted(Exception):
 def finish_logger(trainer) -> None:
     """Close a wandb run before the process exits: Lightning's WandbLogger leaves that to wandb's
     exit hook, which on a loaded machine could lose the last history row (the final evaluation)."""
-    from lightning.pytorch.loggers import WandbLogger
+    from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415  (lightning: after trainer.huge_pages)
 
     for logger in trainer.loggers:
         if isinstance(logger, WandbLogger) and logger._experiment is not None:
@@ -58,11 +61,11 @@ def run(cfg: TrainConfig, logged_config: dict | None = None) -> dict[str, float]
 
     Raises :class:`Interrupted` when a signal stopped the run (its checkpoint is written)."""
     validate_config(cfg)  # before transformers and Lightning are imported: a bad value answers at once
-    from grpo_lightning.models.allocator import apply_huge_pages  # noqa: PLC0415  (imports transformers)
+    from grpo_lightning.models.allocator import apply_huge_pages  # noqa: PLC0415  (transformers' models: after validation)
 
     apply_huge_pages(cfg.trainer.huge_pages)
     # Only now: importing lightning makes torch's first CPU allocation, which fixes the allocator.
-    from grpo_lightning.build import build_run, fit  # noqa: PLC0415
+    from grpo_lightning.build import build_run, fit  # noqa: PLC0415  (lightning: after trainer.huge_pages)
 
     built = build_run(cfg, logged_config=logged_config)
     trainer = built.trainer(cfg)
@@ -128,10 +131,17 @@ def cli() -> None:
     :mod:`grpo_lightning.cli_errors` says (one or two lines and exit 2 for what the user can fix,
     a traceback for a bug). ``grpo-lightning help GROUP`` prints that group's keys with their help."""
     if sys.argv[1:2] == ["help"]:
-        from grpo_lightning.config_docs import cli_help
-
         sys.exit(cli_help(sys.argv[2:]))
-    run_cli(_plan_then_main)
+    if getattr(sys.modules.get("__main__"), "cli", None) is cli:  # the console script or python -m: our process
+        process_exit.own_process()  # it ends, whatever threads user code leaves behind (process_exit.py)
+    try:
+        run_cli(_plan_then_main)
+    except SystemExit as stop:
+        process_exit.set_exit_code(stop.code)
+        raise
+    except BaseException:
+        process_exit.set_exit_code(1)
+        raise
 
 
 def _plan_then_main() -> None:
@@ -142,9 +152,12 @@ def _plan_then_main() -> None:
     sys.argv[1:] = steps.hydra
     try:
         main()
+    except HydraCallbackRefused as refused:  # the run folder's lock, refused before Hydra wrote anything there
+        raise refused.error from None
     finally:  # this command line's held-back overrides must not reach a later composition in the process
         _DEFERRED.clear()
         _EXPLICIT.clear()
+        release_all()  # the lock Hydra's callback took, when the run failed before fit released it
 
 
 if __name__ == "__main__":

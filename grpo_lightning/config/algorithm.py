@@ -126,12 +126,12 @@ class AlgorithmConfig(PluginNodes):
             LOSS_AGG_MODES,
             POLICY_LOSSES,
         )
-        from grpo_lightning.algorithm.corrections import (  # noqa: PLC0415
+        from grpo_lightning.algorithm.corrections import (  # noqa: PLC0415  (torch: only when names are checked)
             CORRECTION_MODES,
             correction_problems,
         )
-        from grpo_lightning.algorithm.lr_schedule import LR_SCHEDULES  # noqa: PLC0415
-        from grpo_lightning.algorithm.truncation import TRUNCATED_SAMPLING  # noqa: PLC0415
+        from grpo_lightning.algorithm.lr_schedule import LR_SCHEDULES  # noqa: PLC0415  (torch: only when names are checked)
+        from grpo_lightning.algorithm.truncation import TRUNCATED_SAMPLING  # noqa: PLC0415  (torch: only when names are checked)
 
         problems: list[str] = []
         for registry in (POLICY_LOSSES, ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES):

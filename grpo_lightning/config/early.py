@@ -39,6 +39,7 @@ from grpo_lightning.config.compose import (
 )
 from grpo_lightning.config.early_names import algorithm_name_problems, name_problem, reward_problem
 from grpo_lightning.config.health import HealthConfig
+from grpo_lightning.config.reward_sources import RewardSourcesConfig
 from grpo_lightning.config.task import TaskConfig
 from grpo_lightning.config.train import TrainConfig
 from grpo_lightning.errors import ConfigError
@@ -46,7 +47,12 @@ from grpo_lightning.errors import ConfigError
 # Groups whose rules name no registry: checked in full here.
 PLAIN_GROUPS = ("model", "rollout", "trainer", "logger", "eval")
 # Groups with nodes per registered entry: a key that is no field of theirs is left for later.
-NODE_GROUPS = {"algorithm": AlgorithmConfig, "health": HealthConfig, "task": TaskConfig}
+NODE_GROUPS = {
+    "algorithm": AlgorithmConfig,
+    "health": HealthConfig,
+    "rewards": RewardSourcesConfig,
+    "task": TaskConfig,
+}
 _LATER_KEYS = ("plugins", "task.reward_modules", "task.name")
 REWARDS = "task.rewards"
 

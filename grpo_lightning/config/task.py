@@ -48,8 +48,14 @@ class TaskConfig(Schema):
         "Reward function name -> weight; the total reward is the weighted sum.",
     )
     reward_timeout_s: Optional[float] = option(
-        None,
-        "Seconds a reward function may take per batch; it then runs in a killable worker process. null: no limit.",
+        600.0,
+        "Seconds a reward function may take per batch (default 600); then the run stops naming it. Not for reward "
+        "sources. null: none.",
+    )
+    reward_process: bool = option(
+        False,
+        "true: each reward function in a worker process killed at reward_timeout_s (stops C code too; no lambdas); "
+        "false: in the trainer.",
     )
     correctness_reward: Optional[str] = option(
         "arithmetic_exact", "The reward whose score 1 means 'correct' (val/accuracy, val/pass@k); null: no evaluation."
@@ -107,6 +113,11 @@ class TaskConfig(Schema):
         )
         timeout = self.reward_timeout_s
         check(problems, timeout is None or timeout > 0, f"{p}reward_timeout_s={timeout} must be > 0 (null = no limit)")
+        check(
+            problems,
+            timeout is not None or not self.reward_process,
+            f"{p}reward_process=true needs {p}reward_timeout_s (the limit its worker is killed at), not null",
+        )
         check(problems, 0 <= self.val_fraction < 1, f"{p}val_fraction={self.val_fraction} must be in [0, 1)")
         return problems
 

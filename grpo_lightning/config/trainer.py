@@ -48,7 +48,13 @@ class TrainerConfig(Schema):
     )
     resume_allow_changes: bool = option(
         False,
-        "Resume even when model, task, num_generations, prompts_per_step or seed differ (then not exact).",
+        "Resume though model name, task, num_generations, prompts_per_step or seed differ (not exact); other "
+        "changes are applied and said.",
+    )
+    share_outputs: bool = option(
+        False,
+        "false: the run's output folder is private to your user (folders 0700, files 0600); true: written with "
+        "your umask (e.g. group-readable).",
     )
     memory_check: bool = option(
         True, "Refuse a run whose estimated peak memory of one step exceeds the free memory, before the model loads."

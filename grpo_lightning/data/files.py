@@ -14,6 +14,7 @@ from pathlib import Path
 
 from grpo_lightning.data.image_checks import check_images, has_images, text_parts
 from grpo_lightning.data.images import resolve_paths
+from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.data.rows import check_text_file
 from grpo_lightning.errors import ConfigError, DataError
 
@@ -25,7 +26,7 @@ ROLES = ("system", "user", "assistant")
 
 def read_records(path: str, field: str, prompt_column: str) -> list[dict]:
     """The rows of ``path`` as dicts, with the prompt under ``"prompt"``."""
-    import datasets
+    import datasets  # noqa: PLC0415  (pyarrow and pandas: only when a prompt file is read, not while composing)
 
     source = Path(path).expanduser()
     if not source.exists():
@@ -176,10 +177,9 @@ def prompt_check(cfg, loaded: tuple | None = None):
     the weights; or ``loaded``: a given tokenizer and context) against every prompt of every task;
     None if no tokenizer loads. With
     ``task.truncate_prompts`` it says how many prompts will be cut instead of stopping."""
-    from lightning.pytorch.utilities import rank_zero_warn
+    from lightning.pytorch.utilities import rank_zero_warn  # noqa: PLC0415  (lightning: after trainer.huge_pages)
 
-    from grpo_lightning.data.prompting import PromptFormatter
-    from grpo_lightning.models.loading import load_tokenizer
+    from grpo_lightning.models.loading import load_tokenizer  # noqa: PLC0415  (model classes: seconds, not at compose)
 
     try:
         tokenizer, context = loaded if loaded is not None else load_tokenizer(cfg.model)

@@ -2,13 +2,17 @@
 
 ``datasets`` reports a bad row as "An error occurred while generating the dataset" (plus logged
 tracebacks), accepts a column whose rows hold different JSON types, and gives no row numbers.
-Here an empty file, bytes that are not UTF-8, a line that is not a JSON object and a column of
-mixed types each raise one :class:`~grpo_lightning.errors.DataError` naming the file and the
-line (1-based, as editors show it) and row (0-based, as the other prompt checks say it).
+Here an empty file, bytes that are not UTF-8, a line that is not a JSON object, a column of
+mixed types, and a CSV row with more or fewer fields than its header (pandas fills the missing
+ones with null without a word) or a quote never closed each raise one
+:class:`~grpo_lightning.errors.DataError` naming the file and the line (1-based, as editors show
+it) and row (0-based, as the other prompt checks say it).
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
@@ -36,7 +40,9 @@ def check_text_file(source: Path, field: str, path: str) -> None:
                 f"{where} line {number}{_row(suffix, number)}: byte {line[err.start : err.start + 1]!r} at column "
                 f"{err.start + 1} is not UTF-8; save the file as UTF-8"
             ) from err
-    if suffix == ".jsonl":
+    if suffix == ".csv":
+        _check_csv(raw.decode("utf-8"), where)
+    elif suffix == ".jsonl":
         rows = [_json_line(line, number, where) for number, line in enumerate(lines, start=1) if line.strip()]
         _check_column_types(rows, where)
     elif suffix == ".json":
@@ -46,6 +52,33 @@ def check_text_file(source: Path, field: str, path: str) -> None:
             raise DataError(f"{where} line {err.lineno}: not valid JSON ({err.msg}); fix that line") from err
         if isinstance(data, list) and all(isinstance(row, dict) for row in data):
             _check_column_types(data, where)
+
+
+def _check_csv(text: str, where: str) -> None:
+    """Every row has its header's number of fields, every quote is closed (as Python's csv reads it)."""
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    header: list[str] | None = None
+    row, start = -1, 1
+    try:
+        for record in reader:
+            line, start = start, reader.line_num + 1  # the record's first line; the next one's
+            if not record:  # a blank line: pandas skips it too
+                continue
+            if header is None:
+                header = record
+                continue
+            row += 1
+            if len(record) != len(header):
+                fix = "quote a field that holds a comma" if len(record) > len(header) else "give the row every column"
+                raise DataError(
+                    f"{where} line {line} (row {row}): {len(record)} field{'s' * (len(record) != 1)} where the "
+                    f"header has {len(header)} "
+                    f"({', '.join(header)}); {fix}"
+                )
+    except csv.Error as err:
+        raise DataError(
+            f'{where} line {start} (row {row + 1}): {err}; close the quote (a quote inside a field is written "")'
+        ) from None
 
 
 def _row(suffix: str, line: int) -> str:

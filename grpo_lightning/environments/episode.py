@@ -10,10 +10,13 @@ sequence: what the trainer scores is what the engine was asked to continue.
 The episodes of a batch run concurrently on one asyncio loop: each awaits its environment and
 its engine turns independently, and a :class:`TurnBatcher` gathers the turns that are waiting
 into one ``engine.generate`` call (run in a worker thread, so environments keep stepping while
-the engine samples). A synchronous environment's calls run in a thread pool of the runner's, one
-thread per episode, so they overlap too (I/O fully; pure-Python CPU work only as far as the GIL lets). A failed episode (the environment raised, a timeout fired) keeps the
-tokens it has, is masked out of the loss and counted; it is never dropped, which would change
-group sizes and tensor shapes across ranks.
+the engine samples). A synchronous environment's calls each run in a daemon thread of their own
+(``environments/daemon.py``), so they overlap too (I/O fully; pure-Python CPU work only as far as
+the GIL lets), and one abandoned by its step timeout never keeps the process from exiting. A failed
+episode (the environment raised, a timeout fired) keeps the tokens it has, is masked out of the
+loss and counted; it is never dropped, which would change group sizes and tensor shapes across
+ranks. What ``reset`` and ``step`` return is checked (``environments/returns.py``): a wrong
+return is the environment's bug, not a failed episode, and ends the run naming it.
 
 Seeds: the reset seed is one per group (every episode of a group plays the same game); each
 turn samples from a seed derived from its sample's seed and the turn index. Both are recorded.
@@ -23,22 +26,21 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import inspect
 import struct
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from grpo_lightning.environments.base import Environment, Message, Reset, Step, Turn, call_maybe_async
+from grpo_lightning.environments import returns
+from grpo_lightning.environments.base import Environment, Message, Reset, Step, Turn
+from grpo_lightning.environments.calls import EnvironmentCallFailed, call_environment, label, made
+from grpo_lightning.environments.daemon import in_daemon_thread
 from grpo_lightning.environments.limits import (
     DONE,
-    ENV_ERROR,
     EPISODE_TIMEOUT,
     FAILURES,
     MAX_TURNS,
-    STEP_TIMEOUT,
     EpisodeLimits,
 )
 from grpo_lightning.environments.render import ChatRenderer
@@ -74,7 +76,8 @@ class Episode:
     step_rewards: list[float] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)  # the environment's, merged over the episode
     stop_reason: str = ""
-    error: str = ""  # a failure's message
+    error: str = ""  # a failure's message: the environment's name, the call, the exception and where it was raised
+    error_type: str = ""  # env_error: the exception's type
     tool_calls: int = 0
     parse_errors: int = 0
     cut_turns: int = 0  # turns that ended at their token budget, not at a stop token
@@ -183,6 +186,7 @@ class EpisodeRunner:
     each takes prompt token ids and returns sampled token ids, HF, vLLM and the vLLM server alike).
 
     ``parser`` turns a turn's text into tool calls (a :data:`TOOL_PARSERS` entry; None: no tools).
+    ``env_name`` names the environment in failures and errors (its registered name).
     """
 
     def __init__(
@@ -194,10 +198,12 @@ class EpisodeRunner:
         sampling: Sampling,
         parser: ToolParser | None = None,
         batch_window_s: float = 0.02,
+        env_name: str = "",
     ):
         self.engine, self.renderer, self.make_env = engine, renderer, make_env
         self.limits, self.sampling, self.parser = limits, sampling, parser
         self.batch_window_s = batch_window_s
+        self.env_name = env_name
 
     # ----------------------------------------------------------------------- the batch
     def run(self, rows: list[dict], reset_seeds: list[int], sample_seeds: list[int]) -> list[Episode]:
@@ -208,24 +214,19 @@ class EpisodeRunner:
         except RuntimeError:
             return asyncio.run(coroutine)
         # Called inside a running loop (a notebook): play on a loop of our own in a worker thread.
-        with ThreadPoolExecutor(1) as pool:
-            return pool.submit(asyncio.run, coroutine).result()
+        return in_daemon_thread(asyncio.run, coroutine, name="episode-loop").result()
 
     async def run_async(self, rows: list[dict], reset_seeds: list[int], sample_seeds: list[int]) -> list[Episode]:
         if not len(rows) == len(reset_seeds) == len(sample_seeds):
             raise ValueError(f"{len(rows)} rows, {len(reset_seeds)} reset seeds, {len(sample_seeds)} sample seeds")
         batcher = TurnBatcher(self.engine, self.sampling, len(rows), self.batch_window_s)
         episodes = [Episode(reset_seed=r, sample_seed=s) for r, s in zip(reset_seeds, sample_seeds, strict=True)]
-        # Synchronous environments run here: a pool of our own, one thread per episode, so a thread abandoned
-        # by a step timeout is left behind at the end instead of waited for (asyncio.run joins its default pool).
-        self._pool = ThreadPoolExecutor(max(len(rows), 1), thread_name_prefix="episode-env")
         server = asyncio.ensure_future(batcher.serve())
         players = [self._play_bounded(row, episode, batcher) for row, episode in zip(rows, episodes, strict=True)]
         try:
             await asyncio.gather(server, *players)
         finally:
             server.cancel()
-            self._pool.shutdown(wait=False, cancel_futures=True)
         return episodes
 
     # ----------------------------------------------------------------------- one episode
@@ -234,27 +235,26 @@ class EpisodeRunner:
         engine's or the template's failure ends the run."""
         env = None
         try:
-            try:
-                env = self.make_env(row)
-            except Exception as err:
-                raise _EnvFailure(f"the environment could not be made: {type(err).__name__}: {err}") from err
+            env = made(self.make_env, row, self.env_name)  # a UserError (the user's configuration) ends the run
             await asyncio.wait_for(self._play(env, row, episode, batcher), self.limits.episode_timeout_s)
         except TimeoutError:
-            episode.stop_reason, episode.error = EPISODE_TIMEOUT, f"took over {self.limits.episode_timeout_s} s"
-        except _StepTimeout as err:
-            episode.stop_reason, episode.error = STEP_TIMEOUT, str(err)
-        except _EnvFailure as err:
-            episode.stop_reason, episode.error = ENV_ERROR, str(err)
+            episode.stop_reason = EPISODE_TIMEOUT
+            timeout = self.limits.episode_timeout_s
+            episode.error = f"{label(self.env_name, env)}: the episode took over task.episode_timeout_s={timeout:g} s"
+        except EnvironmentCallFailed as err:
+            episode.stop_reason, episode.error, episode.error_type = err.kind, str(err), err.error_type
         finally:
             batcher.finished()
             if env is not None:
                 try:
-                    await self._env_call(env.close)
-                except Exception as err:  # a failing close is recorded, never raised
+                    await self._env_call(env, env.close)
+                except EnvironmentCallFailed as err:  # a failing close is recorded, never raised
                     episode.info.setdefault("close_error", str(err))
 
     async def _play(self, env: Environment, row: dict, episode: Episode, batcher: TurnBatcher) -> None:
-        reset: Reset = await self._env_call(env.reset, episode.reset_seed, row)
+        reset: Reset = returns.checked(
+            self.env_name or type(env).__name__, "reset", await self._env_call(env, env.reset, episode.reset_seed, row)
+        )
         episode.messages = list(reset.messages)
         episode.num_prompt_messages = len(reset.messages)
         episode.tools = list(reset.tools)
@@ -274,7 +274,9 @@ class EpisodeRunner:
             episode.cut_turns += not completion.finished
             model_turn = self._turn(sampled, completion.finished, episode)
             episode.messages.append(_assistant_message(model_turn))
-            step = await self._env_call(env.step, model_turn)
+            step: Step = returns.checked(
+                self.env_name or type(env).__name__, "step", await self._env_call(env, env.step, model_turn)
+            )
             episode.messages.extend(step.messages)
             episode.info.update(step.info)
             if step.reward is not None:
@@ -311,25 +313,9 @@ class EpisodeRunner:
             episode.engine_logprobs = False
         episode.logprobs.extend(list(logprobs) if logprobs is not None else [0.0] * len(ids))
 
-    async def _env_call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call the environment: a coroutine on the loop, a plain function in a worker thread of the runner's
-        pool (so synchronous environments overlap each other and generation; abandoned, not stopped, when
-        the step timeout fires); failures become the episode's failure."""
-        timeout = self.limits.step_timeout_s
-        try:
-            if inspect.iscoroutinefunction(fn):
-                return await asyncio.wait_for(call_maybe_async(fn, *args), timeout)
-            work = asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(*args))
-            result = await asyncio.wait_for(work, timeout)
-            if inspect.isawaitable(result):  # a plain function that hands back a coroutine
-                result = await asyncio.wait_for(result, timeout)
-            return result
-        except TimeoutError as err:
-            raise _StepTimeout(f"{getattr(fn, '__name__', 'call')} took over {timeout} s") from err
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:
-            raise _EnvFailure(f"{getattr(fn, '__name__', 'call')} raised {type(err).__name__}: {err}") from err
+    async def _env_call(self, env: Any, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call the environment under the step limit (``environments/calls.py``); a failure fails the episode."""
+        return await call_environment(env, fn, *args, timeout_s=self.limits.step_timeout_s, name=self.env_name)
 
 
 def _assistant_message(turn: Turn) -> Message:
@@ -337,14 +323,6 @@ def _assistant_message(turn: Turn) -> Message:
     if turn.tool_calls:
         message["tool_calls"] = [{"type": "function", "function": call} for call in turn.tool_calls]
     return message
-
-
-class _StepTimeout(Exception):
-    pass
-
-
-class _EnvFailure(Exception):
-    pass
 
 
 __all__ = ["Episode", "EpisodeRunner", "Step", "TurnBatcher", "turn_seed"]

@@ -30,6 +30,9 @@ STEP_TIMEOUT = "step_timeout"
 ENV_ERROR = "env_error"
 STOP_REASONS = (DONE, MAX_TURNS, MAX_TOTAL_TOKENS, CONTEXT, EPISODE_TIMEOUT, STEP_TIMEOUT, ENV_ERROR)
 FAILURES = frozenset({EPISODE_TIMEOUT, STEP_TIMEOUT, ENV_ERROR})  # masked out of the loss, never dropped
+# A hung reset/step must end: a minute covers a tool turn (4 calls of ToolLimits' 10 s) and a remote
+# environment's reply; a step that needs longer says so with task.step_timeout_s.
+STEP_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ class EpisodeLimits:
     max_total_tokens: int | None = None  # prompt + every turn; None: the context only
     context: int | None = None  # the model's context (max_position_embeddings); None: unbounded
     episode_timeout_s: float | None = None
-    step_timeout_s: float | None = None
+    step_timeout_s: float | None = STEP_TIMEOUT_S
 
     def turn_budget(self, used: int) -> int:
         """New tokens the next turn may sample after ``used`` tokens: never past the context or the total."""
@@ -79,7 +82,9 @@ class EpisodeTaskConfig(TaskConfig):
         None, "Seconds an episode may take; then it fails (masked out, counted). null: no limit."
     )
     step_timeout_s: Optional[float] = option(
-        None, "Seconds one environment reset/step may take; then the episode fails. null: no limit."
+        STEP_TIMEOUT_S,
+        f"Seconds one environment reset/step/close may take (default {STEP_TIMEOUT_S:g}); then the episode fails, "
+        "naming it. null: no limit (a hung step waits forever).",
     )
     failed_reward: float = option(0.0, "Reward of a failed episode (env error, timeout) in its group's statistics.")
     reward_aggregator: str = option("sum", "How per-step environment rewards become one: a REWARD_AGGREGATORS name.")

@@ -13,6 +13,7 @@ sampled and environment tokens, failures, and the count of each stop reason.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +33,7 @@ from grpo_lightning.rewards.scorer import RewardState
 from grpo_lightning.rollout.seeding import group_seeds, sample_seed
 
 METRICS = "rollout/episodes/"
+log = logging.getLogger(__name__)
 
 
 def reset_seed(run_seed: int, rank: int, step: int, prompt_index: int) -> int:
@@ -50,11 +52,14 @@ class EpisodeRollout:
         parser: ToolParser | None = None,
         aggregator: str = "sum",
         failed_reward: float = 0.0,
+        env_name: str = "",
     ):
         self.make_env, self.limits, self.renderer, self.parser = make_env, limits, renderer, parser
         self.aggregate = REWARD_AGGREGATORS[aggregator]
         self.failed_reward = failed_reward
+        self.env_name = env_name  # named in failures and errors
         self.last_episodes: list[Episode] = []  # the latest batch's episodes, for reading and replay
+        self._failures_said: set[tuple[str, str]] = set()  # (stop reason, exception type) already shown
 
     @classmethod
     def from_task(
@@ -85,7 +90,15 @@ class EpisodeRollout:
         def make_env(record: dict) -> Environment:
             return factory(options, record)
 
-        parser, lines = startup_report(renderer, make_env, row, getattr(options, "tool_parser", AUTO), model_name)
+        parser, lines = startup_report(
+            renderer,
+            make_env,
+            row,
+            getattr(options, "tool_parser", AUTO),
+            model_name,
+            options.environment,
+            options.step_timeout_s,
+        )
         for line in lines:
             rank_zero_info(line)
         return cls(
@@ -95,6 +108,7 @@ class EpisodeRollout:
             TOOL_PARSERS[parser] if parser else None,
             options.reward_aggregator,
             options.failed_reward,
+            options.environment,
         )
 
     def play(self, generator: Any, records: list[dict], step: int, rank: int) -> list[Episode]:
@@ -110,7 +124,13 @@ class EpisodeRollout:
         resets = [reset_seed(generator.seed, rank, step, i) for i in range(len(records)) for _ in range(g)]
         samples = group_seeds(generator.seed, rank, step, len(records), g)
         runner = EpisodeRunner(
-            engine or generator.engine, self.renderer, self.make_env, self.limits, generator.sampling, self.parser
+            engine or generator.engine,
+            self.renderer,
+            self.make_env,
+            self.limits,
+            generator.sampling,
+            self.parser,
+            env_name=self.env_name,
         )
         return runner.run(rows, resets, samples)
 
@@ -135,6 +155,7 @@ class EpisodeRollout:
         """Pad, score and count the episodes into the batch of ``step``; ``completions`` (async mode: after
         the staleness bound masked some tokens) replaces the episodes' own."""
         start = time.perf_counter()
+        self.say_failures(episodes, step)
         tokenizer, n = generator.tokenizer, len(episodes)
         rows = [record for record in records for _ in range(generator.num_generations)]
         if completions is None:
@@ -192,6 +213,23 @@ class EpisodeRollout:
             weight_version=min(versions) if versions else None,
             **RolloutBatch.pad_token_fields(completions),
         )
+
+    def say_failures(self, episodes: list[Episode], step: int) -> None:
+        """The first failure of each kind (stop reason and exception type), once per run: its message
+        names the environment, the call, the exception and where it was raised. Later ones are counted
+        (``rollout/episodes/failed``) and the ``episode_failures`` check alerts when they are many."""
+        failed = [e for e in episodes if e.failed]
+        for episode in failed:
+            kind = (episode.stop_reason, episode.error_type)
+            if kind in self._failures_said:
+                continue
+            self._failures_said.add(kind)
+            alike = sum((e.stop_reason, e.error_type) == kind for e in failed)
+            log.warning(
+                f"{episode.stop_reason} in {alike} of {len(episodes)} episodes of step {step}, the first: "
+                f"{episode.error}. Failed episodes are masked out of the loss with task.failed_reward; "
+                f"the episode_failures check alerts when many fail."
+            )
 
 
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:

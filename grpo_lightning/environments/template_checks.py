@@ -17,14 +17,13 @@ Two things can silently go wrong (see docs/environments.md#tools):
 
 from __future__ import annotations
 
-import asyncio
 import json
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_lightning.environments.base import Message, Reset, Step, Turn, call_maybe_async
+from grpo_lightning.environments.calls import first_reset
 from grpo_lightning.environments.parsers import AUTO, choose_tool_parser
 from grpo_lightning.environments.render import ChatRenderer
 
@@ -150,6 +149,7 @@ def compare_with_render(
     full = renderer.encode(renderer.render(messages, tools))
     if ids == full:
         return ""
+    # The first difference: over the common length (strict=False), else where the shorter one ends.
     at = next((i for i, (a, b) in enumerate(zip(ids, full, strict=False)) if a != b), min(len(ids), len(full)))
     before = renderer.tokenizer.decode(ids[max(0, at - 12) : at])
     trained, rendered = (renderer.tokenizer.decode(x[at : at + 24]) for x in (ids, full))
@@ -217,28 +217,25 @@ class ToolsInSystemPrompt:
         await call_maybe_async(self.env.close)
 
 
-def offered_tools(make_env: Any, row: dict[str, Any]) -> list[dict[str, Any]]:
-    """The tools one environment offers after a reset on ``row`` (played on a loop of its own in a
-    worker thread, so it works inside a running loop too, a notebook's)."""
-    env = make_env(row)
-
-    async def reset_and_close() -> list[dict[str, Any]]:
-        try:
-            return list((await call_maybe_async(env.reset, 0, row)).tools)
-        finally:
-            await call_maybe_async(env.close)
-
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, reset_and_close()).result()
+def offered_tools(make_env: Any, row: dict[str, Any], name: str = "", timeout_s: float | None = None) -> list[dict]:
+    """The tools one environment offers after a reset on ``row`` (under the step limit; one that fails,
+    hangs or returns something wrong is a one-line error naming it: ``environments/calls.py``)."""
+    return list(first_reset(make_env, row, name, timeout_s).tools)
 
 
 def startup_report(
-    renderer: ChatRenderer, make_env: Any, row: dict[str, Any], tool_parser: str | None = AUTO, model_name: str = ""
+    renderer: ChatRenderer,
+    make_env: Any,
+    row: dict[str, Any],
+    tool_parser: str | None = AUTO,
+    model_name: str = "",
+    env_name: str = "",
+    timeout_s: float | None = None,
 ) -> tuple[str | None, list[str]]:
     """What to print before the first step of a task played in an environment: the tool-call parser
     (configured, or chosen from the template and the model's name) and the template check over the
     tools one environment offers. Warns once about each template difference. Returns (parser, lines)."""
-    tools = offered_tools(make_env, row) or None
+    tools = offered_tools(make_env, row, env_name, timeout_s) or None
     parser, line = choose_tool_parser(tool_parser or AUTO, model_name, renderer.chat_template)
     report = check_chat_template(renderer, tools)
     warn_once(report)

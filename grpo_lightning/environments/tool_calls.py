@@ -17,13 +17,14 @@ Three ways, chosen per tool (:class:`~grpo_lightning.environments.tools.Tool.iso
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import inspect
 import json
 import threading
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_lightning.environments.daemon import awaited_in_daemon_thread
+from grpo_lightning.errors import StoppedAtOnce
 from grpo_lightning.rewards.isolation import IsolatedReward, RewardCallFailed, RewardWorkerError
 
 ISOLATIONS = ("thread", "process")
@@ -60,22 +61,15 @@ def _timed_out(name: str, timeout_s: float, how: str, abandoned: bool = False) -
 
 
 async def _in_thread(name: str, fn, arguments: dict, timeout_s: float | None) -> CallResult:
-    future: concurrent.futures.Future = concurrent.futures.Future()
-
-    def work() -> None:
-        if not future.set_running_or_notify_cancel():  # running: a timeout can no longer cancel it
-            return
-        try:
-            future.set_result(fn(**arguments))
-        except BaseException as err:  # noqa: BLE001  (reported to the model as a tool error)
-            future.set_exception(err)
-
-    threading.Thread(target=work, name=f"tool-{name}", daemon=True).start()
     try:
-        value = await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
+        value = await asyncio.wait_for(
+            awaited_in_daemon_thread(lambda: fn(**arguments), name=f"tool-{name}"), timeout_s
+        )
     except TimeoutError:
         return _timed_out(name, timeout_s, "it was abandoned (a thread cannot be stopped)", abandoned=True)
-    except Exception as err:  # noqa: BLE001
+    except StoppedAtOnce:  # the run's own second-signal stop, raised on this thread
+        raise
+    except (Exception, SystemExit) as err:  # noqa: BLE001  (sys.exit() in a tool is the tool's failure)
         return _raised(err)
     return CallResult(output=as_text(value))
 

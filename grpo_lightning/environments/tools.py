@@ -15,7 +15,6 @@ episode), and each call's time limit (see :mod:`.tool_calls` for what a limit ca
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from transformers.utils import get_json_schema
 
 from grpo_lightning.environments import parsers  # noqa: F401  (registers the parsers)
 from grpo_lightning.environments.base import TOOL_PARSERS, Message, Reset, Step, Turn
+from grpo_lightning.environments.parsers.common import bounded_loads
 from grpo_lightning.environments.tool_calls import ISOLATIONS, ProcessTool, run_call
 from grpo_lightning.errors import PluginError
 
@@ -95,10 +95,8 @@ def coerce(arguments: dict[str, Any], parameters: dict[str, Any]) -> dict[str, A
     for key, value in arguments.items():
         kind = parameters.get("properties", {}).get(key, {}).get("type")
         if isinstance(value, str) and kind not in (None, "string"):
-            try:
-                value = json.loads(value)
-            except ValueError:
-                pass  # left as a string: validation names the wrong type
+            decoded, why = bounded_loads(value)
+            value = value if why is not None else decoded  # left as a string: validation names the wrong type
         out[key] = value
     return out
 

@@ -61,7 +61,7 @@ class Evaluator:
         seeds = group_seeds(self.seed, rank, _EVAL_STEP_OFFSET + step, len(records), per_record)
         expanded = [record for record in records for _ in range(per_record)]
         inputs = [self.rollout.prompt_inputs(r) for r in expanded]  # ids, and a VLM's images
-        requests = [GenerationRequest(ids, seed, vision) for (ids, vision), seed in zip(inputs, seeds)]
+        requests = [GenerationRequest(ids, seed, vision) for (ids, vision), seed in zip(inputs, seeds, strict=True)]
         completions = self.rollout.engine.generate(requests, sampling)
         texts = self.rollout.tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
         fields = repeat_columns(records, per_record)
@@ -77,7 +77,7 @@ class Evaluator:
         correct = scores[:, 0] >= CORRECT
         self.last_samples = [
             {"prompt": r["prompt"], "completion": t, "answer": r.get("answer"), "correct": bool(c)}
-            for r, t, c in zip(records, texts, correct.tolist())
+            for r, t, c in zip(records, texts, correct.tolist(), strict=True)
         ]
         sampled = self._scores(records, self.pass_k, self.sampled, step, rank)[0] if self.pass_k > 0 else None
         greedy, length = scores[:, 0], torch.tensor(lengths, dtype=torch.float64)

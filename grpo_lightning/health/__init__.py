@@ -22,6 +22,7 @@ from grpo_lightning.health.no_update import NoUpdateCheck
 from grpo_lightning.health.nonfinite import NonFiniteCheck
 from grpo_lightning.health.normalization import NormalizationCheck
 from grpo_lightning.health.reward_hacking import RewardHackingCheck
+from grpo_lightning.health.reward_hacks import RewardHacksCheck
 from grpo_lightning.health.reward_signal import RewardSignalCheck
 from grpo_lightning.health.truncation import TruncationCheck
 from grpo_lightning.health.view import StepView
@@ -48,6 +49,7 @@ __all__ = [
     "NonFiniteCheck",
     "NormalizationCheck",
     "RewardHackingCheck",
+    "RewardHacksCheck",
     "RewardSignalCheck",
     "TruncationCheck",
     "StepView",

@@ -11,6 +11,8 @@ adds a constant and teaches nothing.
 Per function it sums the count, the sum and the sum of squares of its values over ranks (so
 every rank reaches the same verdict); the variance since the start is zero exactly when every
 value was the same. A resumed run (first batch not 0) is not judged: "since the start" is gone.
+Failed episodes (loss mask 0 throughout) are not counted: an environment that raises on every step
+is the ``episode_failures`` check's finding, not a reward format that never matched.
 """
 
 from __future__ import annotations
@@ -62,8 +64,13 @@ class ConstantRewardCheck(HealthCheck):
 
     def measure(self, view: StepView) -> dict[str, float]:
         out: dict[str, float] = {}
+        # Rows the loss leaves out entirely (a failed episode) score the environment's failure, not the
+        # reward function: the episode_failures check speaks for them.
+        mask = getattr(view.rollout, "loss_mask", None)
+        trained = None if mask is None else mask.any(dim=1).cpu().numpy()
         for name, values in view.rollout.reward_components.items():
             v = values.detach().double().cpu().numpy()
+            v = v if trained is None else v[trained]
             v = v[~np.isnan(v)]  # None: the function does not apply to that sample
             out[f"{name}/n"], out[f"{name}/sum"], out[f"{name}/sumsq"] = float(v.size), float(v.sum()), float(v @ v)
         return out

@@ -21,6 +21,7 @@ import numpy as np
 from grpo_lightning.config.base import option
 from grpo_lightning.health.alerts import Finding
 from grpo_lightning.health.base import ExcessCheckConfig, HealthCheck, excess, register_check
+from grpo_lightning.health.counting import count_in, max_where_equal, row_keys
 from grpo_lightning.health.view import StepView
 
 
@@ -47,7 +48,8 @@ class DiversityCheck(HealthCheck):
         size = view.group_size
         hashes = view.completion_hashes.reshape(-1, size)
         groups = hashes.shape[0]
-        copies = (hashes[:, :, None] == hashes[:, None, :]).sum(axis=2)  # [g, G], itself included
+        keys = row_keys(hashes)
+        copies = count_in(keys, keys)  # [g, G], itself included (by sorting: memory linear in G)
         probs = view.sample_probs
         probs = np.zeros(hashes.shape) if probs is None else probs.reshape(-1, size)
         stats = {
@@ -85,12 +87,13 @@ class DiversityCheck(HealthCheck):
             return {"repeat_obs": 0.0, "repeat_exp": 0.0, "repeat_possible": 0.0}
         new, new_p = hashes[rows], probs[rows]
         old, old_p = np.stack(old_hashes), np.stack(old_probs)
-        match = old[:, :, None] == new[:, None, :]  # [k, old sample, new sample]
-        p_now = (match * new_p[:, None, :]).max(axis=2)
+        keys = row_keys(np.concatenate([old, new], axis=1))  # a returning prompt's then and now
+        old_keys, new_keys = keys[:, : old.shape[1]], keys[:, old.shape[1] :]
+        p_now = max_where_equal(new_keys, new_p, old_keys)  # per old sample: its likeliest twin now
         likely = np.maximum(old_p, p_now).sum(axis=1)
         size = hashes.shape[1]
         return {
-            "repeat_obs": float(match.any(axis=1).sum()),
+            "repeat_obs": float((count_in(old_keys, new_keys) > 0).sum()),
             "repeat_exp": float(size * np.minimum(likely, 1.0).sum()),
             "repeat_possible": float(len(rows) * size),
         }

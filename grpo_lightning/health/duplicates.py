@@ -15,6 +15,7 @@ import numpy as np
 
 from grpo_lightning.health.alerts import Finding
 from grpo_lightning.health.base import ExcessCheckConfig, HealthCheck, excess, register_check
+from grpo_lightning.health.counting import count_in, pair_keys
 from grpo_lightning.health.view import StepView
 
 _ZEROS = {"samples": 0.0, "shared": 0.0, "dup_obs": 0.0, "dup_exp": 0.0, "dup_possible": 0.0}
@@ -39,16 +40,17 @@ class CrossRankDuplicatesCheck(HealthCheck):
         local = np.stack([view.prompt_hashes, view.completion_hashes, probs.astype(np.float64).view(np.int64)], axis=1)
         gathered = view.all_gather(local)  # [world, N, 3]
         others = np.concatenate([gathered[r] for r in range(gathered.shape[0]) if r != view.rank])
-        same_prompt = local[:, 0:1] == others[None, :, 0]
-        same = same_prompt & (local[:, 1:2] == others[None, :, 1])
-        num_others = same_prompt.sum(axis=1)
+        # Counted by sorting, not by comparing every local sample with every other (memory quadratic).
+        pairs = pair_keys(np.concatenate([local[:, 0], others[:, 0]]), np.concatenate([local[:, 1], others[:, 1]]))
+        twins = count_in(pairs[len(local) :], pairs[: len(local)]) > 0  # same prompt and completion elsewhere
+        num_others = count_in(others[:, 0], local[:, 0])
         shared = num_others > 0
         # Per sample: has it a twin on another rank? Independent sampling predicts it with
         # probability 1 - (1 - p)^n <= min(1, n p), n = samples of its prompt elsewhere.
         return {
             "samples": float(len(local)),
             "shared": float(shared.sum()),
-            "dup_obs": float(same.any(axis=1).sum()),
+            "dup_obs": float(twins.sum()),
             "dup_exp": float(np.minimum(num_others * probs, 1.0).sum()),
             "dup_possible": float(shared.sum()),
         }

@@ -3,7 +3,8 @@
 A failed episode stays in its group with ``task.failed_reward`` and loss mask 0, so a run keeps
 going; when many fail, the group statistics are made of placeholder rewards and little is
 learned. The check averages the share of failed episodes (``rollout/episodes/failed``) over a
-window of steps and alerts above ``max_failed_frac``, naming the kind of failure that dominates.
+window of steps and alerts above ``max_failed_frac``, naming the kind of failure that dominates;
+when every episode since the start failed it alerts at once, at the first step.
 Single-turn runs report no episodes: the check stays silent.
 """
 
@@ -32,6 +33,7 @@ class WindowedShareCheck(HealthCheck):
     """Alert when ``parts`` make up more than ``threshold`` of the episodes over a window of steps."""
 
     parts: tuple[str, ...] = ()
+    early = False  # also alert before the window is full when every episode so far is one of ``parts``
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -54,8 +56,8 @@ class WindowedShareCheck(HealthCheck):
         window = {p: float(v / totals[0]) for p, v in zip(self.parts, totals[1:], strict=True)}
         share = sum(window.values())
         step = {f"{p}_frac": t[p] / t["count"] for p in self.parts}
-        full = len(self._window) == self._window.maxlen and share > self.threshold
-        return step, share, window if full else None
+        full = len(self._window) == self._window.maxlen or (self.early and share >= 1.0)
+        return step, share, window if full and share > self.threshold else None
 
 
 @dataclass
@@ -77,6 +79,7 @@ class EpisodeFailuresCheck(WindowedShareCheck):
     failure = "episodes"
     title = "environments failing in many episodes"
     parts = ("stop/env_error", "stop/step_timeout", "stop/episode_timeout")
+    early = True  # every episode failed from the start: say so at once, before any reward-side check
 
     @property
     def threshold(self) -> float:
@@ -103,7 +106,8 @@ class EpisodeFailuresCheck(WindowedShareCheck):
             "reset/step is slower than task.step_timeout_s / task.episode_timeout_s allow."
         )
         fix = (
-            "read the errors of failed episodes (EpisodeRollout.last_episodes[i].error); make the environment "
+            "read the first failure of each kind, logged when it happened (train.log), or the errors of failed "
+            "episodes (EpisodeRollout.last_episodes[i].error); make the environment "
             "answer bad turns with a message instead of raising; raise the timeouts if the work is legitimately slow."
         )
         return causes, fix

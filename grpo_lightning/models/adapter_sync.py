@@ -19,7 +19,7 @@ from grpo_lightning.models.lora import is_peft_model
 
 def adapter_weights(model: nn.Module) -> tuple[list[tuple[str, torch.Tensor]], dict]:
     """The active adapter's tensors under PEFT's saved names, and its adapter_config.json content."""
-    from peft import get_peft_model_state_dict  # noqa: PLC0415 - peft is the optional lora extra
+    from peft import get_peft_model_state_dict  # noqa: PLC0415  (peft: optional, the lora extra)
 
     if not is_peft_model(model):
         raise TypeError(f"adapter-only sync needs a peft model (model.lora.*), got {type(model).__name__}")

@@ -36,6 +36,8 @@ import os
 import sys
 from pathlib import Path
 
+import torch
+
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
 DEFAULT_THRESHOLD = 128 * 1024  # glibc's own starting threshold: 128 KiB
 HUGE_PAGES_SWITCH = "THP_MEM_ALLOC_ENABLE"  # PyTorch's: huge pages for CPU blocks >= 2 MiB
@@ -60,8 +62,6 @@ def torch_uses_huge_pages() -> bool:
     """Whether torch's huge-page path is active in this process. It page-aligns every block of
     2 MiB and more; without it blocks are 64-byte aligned, so four page-aligned blocks in a row
     do not happen by chance."""
-    import torch
-
     blocks = [torch.empty((2 << 20) + 64 * i, dtype=torch.uint8) for i in range(4)]
     return all(block.data_ptr() % 4096 == 0 for block in blocks)
 

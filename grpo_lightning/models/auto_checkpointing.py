@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import torch
 from torch import nn
 
@@ -88,10 +89,6 @@ def available_bytes(device: torch.device) -> int:
         for line in meminfo.read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
-    try:
-        import psutil
-    except ImportError:  # no way to tell: assume plenty, as the default 'off' would
-        return 2**62
     return int(psutil.virtual_memory().available)
 
 

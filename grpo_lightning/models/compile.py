@@ -74,7 +74,7 @@ def eager_generation(model: nn.Module) -> Iterator[None]:
             layer._compiled_call_impl = None
         yield
     finally:
-        for layer, call in zip(layers, compiled):
+        for layer, call in zip(layers, compiled, strict=True):
             layer._compiled_call_impl = call
 
 

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from grpo_lightning.config import ModelConfig, checkpointing_mode
 from grpo_lightning.errors import ConfigError
 from grpo_lightning.models.lora import apply_lora, lora_enabled
 from grpo_lightning.models.smollm2 import NAME as SMOLLM2
 from grpo_lightning.models.smollm2 import ensure_smollm2
 from grpo_lightning.models.source import model_source
-from grpo_lightning.models.tiny import build_char_tokenizer, build_tiny_policy
+from grpo_lightning.models.tiny import TINY_CONTEXT, build_char_tokenizer, build_tiny_policy
 from grpo_lightning.models.vision.families import is_vision_config
 from grpo_lightning.models.vision.loading import (
     TINY_VLM,
@@ -23,9 +23,6 @@ from grpo_lightning.models.vision.loading import (
     load_vision_processor,
 )
 
-if TYPE_CHECKING:
-    from grpo_lightning.config import ModelConfig
-
 
 def load_policy(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """``"tiny"`` builds the in-code model; ``"smollm2_135m"`` converts (once) and loads SmolLM2-135M-Instruct
@@ -34,8 +31,6 @@ def load_policy(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerB
     The weights load in ``model.dtype``; with ``model.lora`` the model comes back wrapped in
     peft's LoRA adapters (float32), the base weights frozen.
     """
-    from grpo_lightning.config import checkpointing_mode
-
     model, tokenizer = _load(cfg)
     if checkpointing_mode(cfg.gradient_checkpointing) == "true":  # auto: the module decides per step
         # Non-reentrant checkpointing: works with inputs that need no gradient (frozen
@@ -103,10 +98,6 @@ def _source(cfg: ModelConfig) -> str | None:
 def load_tokenizer(cfg: ModelConfig) -> tuple[PreTrainedTokenizerBase, int | None]:
     """The policy's tokenizer and context length (max_position_embeddings), without loading
     the weights: enough to check the prompts before the model loads."""
-    from transformers import AutoConfig
-
-    from grpo_lightning.models.tiny import TINY_CONTEXT
-
     if cfg.name_or_path == "tiny":
         return build_char_tokenizer(cfg.tiny.alphabet), TINY_CONTEXT
     source = _source(cfg)

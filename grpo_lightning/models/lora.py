@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -45,7 +46,7 @@ def lora_enabled(cfg: LoraModelConfig) -> bool:
 def peft_config(cfg: LoraModelConfig, default_targets: list[str] | None = None):
     """The ``peft.LoraConfig`` of ``model.lora``: from its config file, or rank / alpha / dropout / targets
     (``default_targets`` where ``target_modules`` is empty: peft's all-linear if None)."""
-    from peft import LoraConfig, PeftConfig
+    from peft import LoraConfig, PeftConfig  # noqa: PLC0415  (peft: optional, the lora extra)
 
     if cfg.config_file is not None:
         path = Path(cfg.config_file).expanduser()
@@ -82,7 +83,7 @@ def apply_lora(model: nn.Module, cfg: LoraModelConfig, default_targets: list[str
     """``model`` wrapped in LoRA adapters (a ``PeftModelForCausalLM``); only the adapters train
     (``default_targets``: the layers adapted when ``model.lora.target_modules`` is empty)."""
     try:
-        from peft import get_peft_model
+        from peft import get_peft_model  # noqa: PLC0415  (peft: optional, the lora extra)
     except ImportError as err:
         raise ImportError(
             "model.lora needs the peft package: pip install 'grpo_lightning[lora]' (or pip install peft)"
@@ -140,7 +141,7 @@ def reference_model(reference) -> Iterator[nn.Module]:
 
 
 def _adapted_layers(base: nn.Module) -> dict[str, nn.Module]:
-    from peft.tuners.lora import LoraLayer
+    from peft.tuners.lora import LoraLayer  # noqa: PLC0415  (peft: optional, the lora extra)
 
     return {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
 
@@ -271,8 +272,6 @@ def _save_merged_in_place(model: nn.Module, base: nn.Module, folder: Path, state
 def _plain_architectures(folder: Path) -> None:
     """FSDP2 swaps a sharded model's class for ``FSDP<Class>``, which ``save_pretrained`` writes
     into ``config.json``; vLLM picks the model class from that name: write the plain one."""
-    import json
-
     path = folder / "config.json"
     if not path.is_file():
         return

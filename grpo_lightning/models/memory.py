@@ -3,11 +3,13 @@
 Without it a batch far too large for the machine is found out only when the first training pass
 asks the allocator for it, minutes into the run (and, on CPU, possibly after swapping the machine
 to a halt). The estimate counts what is surely alive at the peak of a step: the weights (and the
-reference copy for the KL term), gradients and AdamW's two moments, the rollout's KV cache, and
-the activations and logits of the largest micro-batch; for a vision-language policy, its image
-tokens and the vision tower's activations for a micro-batch's prompts. It counts no text prompt
-tokens and no allocator overhead, so it errs low: a run it refuses cannot fit;
-``trainer.memory_check=false`` skips it.
+reference copy for the KL term), gradients and AdamW's two moments, the rollout's KV cache and
+sampling logits, the step's whole batch (its per-token tensors, the decoded texts the rewards and
+health checks read, the checks' per-sample arrays: linear in the batch, since no check compares
+samples pair by pair), and the activations and logits of the largest micro-batch; for a
+vision-language policy, its image tokens and the vision tower's activations for a micro-batch's
+prompts. It counts no text prompt tokens and no allocator overhead, so it errs low: a run it
+refuses cannot fit; ``trainer.memory_check=false`` skips it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ GIB = 1 << 30
 # Bytes per token per layer kept by the training pass beyond the layer input: attention and MLP
 # intermediates of one recomputed layer, in units of hidden_size (a rough lower bound).
 _LAYER_WORK = 16
+# Bytes per completion token of the step's batch: ids and masks (int64), the engine's, the old and the
+# reference log-probs (float32), and its decoded text (a few characters per token).
+_BATCH_TOKEN_BYTES = 8 + 8 + 4 + 4 + 4 + 4
+# Bytes per sequence besides its tokens: its texts' Python objects and the health checks' per-sample arrays.
+_SAMPLE_BYTES = 256
 
 
 @dataclass(frozen=True)
@@ -116,7 +123,11 @@ def step_bytes(cfg, shape: Shape, images_per_prompt: int = 0) -> dict[str, int]:
     parts = {"weights and optimizer": states // shards}
     if r.engine == "hf":
         sequences = min(r.generation_batch_size or batch, batch)
-        parts["rollout KV cache"] = 2 * shape.layers * shape.kv_width * sequences * tokens * w
+        kv_cache = 2 * shape.layers * shape.kv_width * sequences * tokens * w
+        parts["rollout KV cache and logits"] = kv_cache + sequences * shape.vocab * 4 * 2  # logits, probabilities
+    parts[f"the batch of {batch} sequences (tensors, texts, health checks)"] = batch * (
+        tokens * _BATCH_TOKEN_BYTES + _SAMPLE_BYTES
+    )
     logits = micro * tokens * shape.vocab * 4
     chunk_mb = a.chunk_mb("cuda" if steps_on_gpu(t.accelerator) else "cpu")
     if chunk_mb > 0:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 
 from torch import nn
+from torch.distributed.fsdp import FSDPModule, fully_shard
 
 DATA_PARALLEL = "data_parallel"
 
@@ -39,8 +40,6 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 
 def is_sharded(model: nn.Module) -> bool:
     """Whether FSDP2 manages ``model`` (its forward all-gathers the weights on every rank)."""
-    from torch.distributed.fsdp import FSDPModule
-
     return isinstance(_root(model), FSDPModule)
 
 
@@ -52,8 +51,6 @@ def _root(model: nn.Module) -> nn.Module:
 
 def shard_model(model: nn.Module, mesh) -> None:
     """FSDP2 units: every decoder layer, then the model itself as the root (the rest)."""
-    from torch.distributed.fsdp import fully_shard
-
     model = _root(model)
     layers = decoder_layers(model)
     if not layers:
@@ -88,7 +85,7 @@ def build_strategy(strategy: str, devices: int, num_nodes: int):
     """The ``strategy`` argument of ``lightning.Trainer`` for ``trainer.strategy``."""
     if strategy != "fsdp":
         return strategy
-    from lightning.pytorch.strategies import ModelParallelStrategy
+    from lightning.pytorch.strategies import ModelParallelStrategy  # noqa: PLC0415  (lightning: after trainer.huge_pages)
 
     return ModelParallelStrategy(data_parallel_size=devices * num_nodes, tensor_parallel_size=1)
 

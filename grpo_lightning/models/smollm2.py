@@ -18,7 +18,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import torch
 from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_lightning.errors import UserError
 
@@ -82,9 +84,6 @@ def ensure_smollm2(target: Path | None = None) -> Path:
     source = gguf_path()
     for module in ("gguf", "accelerate"):
         _require(module)
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     folder.parent.mkdir(parents=True, exist_ok=True)
     steps = tqdm(total=4, desc="SmolLM2: converting GGUF -> safetensors (once)", unit="step")
     try:

@@ -33,7 +33,7 @@ def length_penalty(
     """
     limits = max_completion_chars or [0] * len(completions)
     scores = []
-    for completion, limit in zip(completions, limits):
+    for completion, limit in zip(completions, limits, strict=True):
         over = len(completion) - int(limit or 0)
         scores.append(-min(1.0, over / limit) if limit and over > 0 else 0.0)
     return scores

@@ -1,8 +1,8 @@
-"""Run a reward function in a worker process that can be killed: ``task.reward_timeout_s``.
+"""Run a reward function in a worker process that is killed at ``task.reward_timeout_s`` (``task.reward_process``).
 
-A thread cannot stop CPU-bound Python (a regex that backtracks forever, a solver that never
-returns), so a reward under a time limit runs in its own ``spawn``-ed process, killed when a
-call runs past the limit (a fresh one serves the next call). The worker imports the function by
+The trainer's own limit (:mod:`.deadline`) interrupts Python code, but not code stuck inside one
+C call (a regex that backtracks forever): with ``task.reward_process`` each reward runs in its
+own ``spawn``-ed process, killed when a call runs past the limit (a fresh one serves the next). The worker imports the function by
 its module and name, as pickle would; a function from a plug-in file is loaded from that file.
 A lambda or a nested function has no such name and is refused when the scorer is built.
 """
@@ -32,9 +32,9 @@ def function_address(name: str, fn) -> tuple[str, str | None, str]:
         found = getattr(found, part, None)
     if owner is None or "<" in qualname or found is not fn:
         raise RewardError(
-            f"reward function {name!r} cannot run under task.reward_timeout_s: a worker process imports it by "
+            f"reward function {name!r} cannot run under task.reward_process=true: a worker process imports it by "
             f"module and name, and {module}.{qualname} is not importable (a lambda, a nested function or an "
-            f"object); define it at the top level of a module or plug-in file, or set task.reward_timeout_s=null"
+            f"object); define it at the top level of a module or plug-in file, or set task.reward_process=false"
         )
     return module, getattr(owner, "__file__", None), qualname
 

@@ -9,7 +9,7 @@ runs in a worker thread under async generation, a notebook's executor, ...). It 
 here and replaced by a deadline of our own: the check runs in a helper thread and a check past
 :data:`DEADLINE_S` counts as "not equal", with one warning. A thread cannot be stopped, so the
 stuck check finishes in the background and later checks use a fresh thread; a reward that must
-be killable runs under ``task.reward_timeout_s`` (a worker process).
+be killable runs under ``task.reward_process=true`` (a worker process killed at ``task.reward_timeout_s``).
 """
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ def plain_number(text: str) -> float | None:
 
 def parse_math(text: str) -> list:
     """math-verify's parse of ``text``: LaTeX (with or without ``$``), plain expressions, ``\\boxed{}``."""
-    import math_verify  # sympy and the LaTeX parser: loaded on the first comparison, not at config time
-    import math_verify.grader
-    import math_verify.parser
+    import math_verify  # noqa: PLC0415  (sympy: at the first comparison, not while composing)
+    import math_verify.grader  # noqa: PLC0415  (sympy: at the first comparison, not while composing)
+    import math_verify.parser  # noqa: PLC0415  (sympy: at the first comparison, not while composing)
 
     # Its timeouts are off on purpose (ours is DEADLINE_S): silence its warning that they are.
     math_verify.parser.TIMEOUT_WARNING_SHOWN = math_verify.grader.TIMEOUT_WARNING_SHOWN = True
@@ -68,7 +68,7 @@ def parse_math(text: str) -> list:
 
 
 def _verified(guess: str, truth: str) -> bool:
-    import math_verify
+    import math_verify  # noqa: PLC0415  (sympy: at the first comparison, not while composing)
 
     gold, pred = parse_math(truth), parse_math(guess)
     if not gold or not pred:

@@ -49,7 +49,7 @@ def overlong_penalty(
     buffers = overlong_buffer_tokens or [0] * len(completions)
     return [
         overlong_penalty_value(len(ids), int(m), int(b) if b else default_buffer(int(m)))
-        for ids, m, b in zip(completion_ids, max_new_tokens, buffers)
+        for ids, m, b in zip(completion_ids, max_new_tokens, buffers, strict=True)
     ]
 
 

@@ -25,6 +25,7 @@ import torch
 
 from grpo_lightning.errors import RewardError, StoppedAtOnce
 from grpo_lightning.rewards.calling import PROVIDED, RewardState, call_reward, run_concurrently, signature_of
+from grpo_lightning.rewards.deadline import LimitedReward, RewardTimeLimitError
 from grpo_lightning.rewards.isolation import IsolatedReward, RewardWorkerError
 from grpo_lightning.rewards.lookup import find_reward, module_address
 from grpo_lightning.rewards.registry import RewardFn
@@ -86,15 +87,24 @@ class RewardScorer:
         timeout_s: float | None = None,
         modules: Sequence[str] = (),
         functions: dict[str, RewardFn] | None = None,
+        process: bool = True,
     ) -> RewardScorer:
         """Each name's function: from ``functions`` (callables given in Python), else looked up
         (:func:`~grpo_lightning.rewards.lookup.find_reward`: registered, a top-level callable of
-        ``modules``, or ``pkg.module:function``). ``timeout_s``: each runs in a killable worker
-        process, at most that long a call."""
+        ``modules``, or ``pkg.module:function``). ``timeout_s``: at most that long a call, each in a
+        killable worker process (``process``), else in this one, interrupted at the limit
+        (:mod:`.deadline`); a reward source that bounds itself (``bounds_itself``) is left as it is."""
         fns = {name: (functions or {}).get(name) or find_reward(name, modules) for name in weights}
-        if timeout_s is not None:
+        if timeout_s is not None and process:
             fns = {
                 name: IsolatedReward(name, fn, timeout_s, module_address(name, fn, modules)) for name, fn in fns.items()
+            }
+        elif timeout_s is not None:
+            fns = {
+                name: fn
+                if getattr(fn, "bounds_itself", False) or isinstance(fn, LimitedReward)
+                else LimitedReward(name, fn, timeout_s)
+                for name, fn in fns.items()
             }
         return cls([WeightedReward(name, fns[name], float(w)) for name, w in weights.items()], modules)
 
@@ -152,7 +162,7 @@ class RewardScorer:
         for reward in self.rewards:
             try:
                 value = call_reward(reward.fn, prompts, completions, kwargs)
-            except (RewardWorkerError, StoppedAtOnce):  # named already / the run's own second-signal stop
+            except (RewardWorkerError, RewardTimeLimitError, StoppedAtOnce):  # named already / the run's own stop
                 raise
             except (Exception, SystemExit) as err:  # sys.exit() in a reward must not end the run unsaved
                 raise self._raised(reward.name, err, prompts) from err
@@ -162,9 +172,9 @@ class RewardScorer:
                 out[reward.name] = value
         if pending:
             results = run_concurrently(list(pending.values()))
-            for name, result in zip(pending, results):
-                if isinstance(result, (KeyboardInterrupt, asyncio.CancelledError, StoppedAtOnce)):
-                    raise result  # Ctrl-C, cancellation, the run's own second-signal stop
+            for name, result in zip(pending, results, strict=True):
+                if isinstance(result, (KeyboardInterrupt, asyncio.CancelledError, StoppedAtOnce, RewardTimeLimitError)):
+                    raise result  # Ctrl-C, cancellation, the run's own second-signal stop, a limit (named)
                 if isinstance(result, BaseException):
                     raise self._raised(name, result, prompts) from result
                 out[name] = result
@@ -190,4 +200,4 @@ class RewardScorer:
                 f"{bad[0]}: prompt {_short(prompts[bad[0]])}): a non-finite reward would poison every "
                 f"advantage of its group"
             )
-        return torch.tensor([math.nan if m else v for v, m in zip(values, missing)], dtype=torch.float32)
+        return torch.tensor([math.nan if m else v for v, m in zip(values, missing, strict=True)], dtype=torch.float32)

@@ -31,6 +31,11 @@ def _number(value: Any) -> float | None:
     raise TypeError(type(value).__name__)
 
 
+def as_reward(value: Any) -> float | None:
+    """One reward value (an environment step's) as a float or None; TypeError for anything else."""
+    return _number(value)
+
+
 def reward_values(name: str, values: Any, expected: int, error: type[RewardError] = RewardError) -> list[float | None]:
     """``values`` as ``expected`` floats or Nones, or ``error`` naming ``name``, the index and the type."""
     if not isinstance(values, _SEQUENCES) or (isinstance(values, (np.ndarray, torch.Tensor)) and values.ndim != 1):

@@ -110,7 +110,7 @@ class DynamicSampling:
             flat = tied_groups(scored.rewards, size).tolist()
             if rounds == 0:
                 first_frac = 1.0 - sum(flat) / len(flat)
-            for g, (record, is_tied) in enumerate(zip(batch_records, flat)):
+            for g, (record, is_tied) in enumerate(zip(batch_records, flat, strict=True)):
                 group = (record, requests[g * size : (g + 1) * size], completions[g * size : (g + 1) * size])
                 (tied if is_tied else informative).append(group)
             rounds += 1

@@ -131,7 +131,7 @@ class _LayerWeights:
         q, k, v = (_weight_and_bias(p) for p in (attention.q_proj, attention.k_proj, attention.v_proj))
         self.head_dim, kv_width = attention.head_dim, v[0].shape[0]
         self.kv_heads = kv_width // self.head_dim
-        qk = tuple(_rotary_pairs_adjacent(torch.cat(pair), self.head_dim) for pair in zip(q, k))
+        qk = tuple(_rotary_pairs_adjacent(torch.cat(pair), self.head_dim) for pair in zip(q, k, strict=True))
         # One matmul gives q and k side by side (rotated together), then v.
         self.qkv_weight, self.qkv_bias = _fused_linear(qk, v)
         self.split = [qk[0].shape[0], kv_width]

@@ -15,7 +15,6 @@ rollout, and the fused decoder under half of the loop's. A sharded policy (FSDP)
 from __future__ import annotations
 
 import inspect
-
 import warnings
 
 import torch
@@ -24,10 +23,10 @@ from transformers import DynamicCache, GenerationConfig, LogitsProcessor, Logits
 
 from grpo_lightning.config import HF_DECODERS, TrainConfig
 from grpo_lightning.models.compile import eager_generation
-from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.models.sharding import is_sharded
 from grpo_lightning.models.vision.families import is_vision_config
 from grpo_lightning.models.vision.features import FeatureCache
+from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.engine import ENGINES, Completion, EngineBase, GenerationRequest, Sampling
 from grpo_lightning.rollout.fused_decode import FusedDecoder, FusedWeights, fused_decode_support
 from grpo_lightning.rollout.graph_decode import (
@@ -288,7 +287,7 @@ class HFEngine(EngineBase):
         support = graph_decode_support if self.decoder == "graph" else fused_decode_support
         unsupported = support(self.model, mask.shape[1] + max_steps)
         if unsupported is not None:
-            from lightning.pytorch.utilities import rank_zero_info  # noqa: PLC0415 - vLLM workers import rollout/
+            from lightning.pytorch.utilities import rank_zero_info  # noqa: PLC0415  (lightning: vLLM workers import rollout/)
 
             rank_zero_info(
                 f"rollout.hf_decoder={self.decoder}: decoding with the model's forward instead: {unsupported}"
@@ -306,7 +305,7 @@ class HFEngine(EngineBase):
     def _completions(self, new_tokens: torch.Tensor, step_logprobs: torch.Tensor) -> list[Completion]:
         """Each row's tokens up to and including its EOS, with the log-probs they were drawn with."""
         completions = []
-        for tokens, logprobs in zip(new_tokens.tolist(), step_logprobs.tolist()):
+        for tokens, logprobs in zip(new_tokens.tolist(), step_logprobs.tolist(), strict=True):
             finished = self.eos_token_id in tokens
             length = tokens.index(self.eos_token_id) + 1 if finished else len(tokens)
             completions.append(Completion(token_ids=tokens[:length], finished=finished, logprobs=logprobs[:length]))

@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import json
 import os
+import runpy
 import signal
 import sys
 import time
@@ -129,8 +130,6 @@ def _watch_trainer(trainer: int, grace_s: float = 5.0, poll_s: float = 0.25) -> 
 def main() -> None:
     """Take the token out of the environment, then run vLLM's OpenAI API server with the middleware."""
     global _token
-    import runpy
-
     _token = os.environ.pop(TOKEN_ENV, "")
     if not _token:
         sys.exit(f"{TOKEN_ENV} is not set: this launcher serves only requests that carry the run's token")

@@ -48,7 +48,7 @@ class ProcessState:
         return (
             torch.equal(self.torch_rng, other.torch_rng)
             and len(self.cuda_rng) == len(other.cuda_rng)
-            and all(torch.equal(a, b) for a, b in zip(self.cuda_rng, other.cuda_rng))
+            and all(torch.equal(a, b) for a, b in zip(self.cuda_rng, other.cuda_rng, strict=True))
             and self.numpy_rng[0] == other.numpy_rng[0]
             and np.array_equal(self.numpy_rng[1], other.numpy_rng[1])
             and self.numpy_rng[2:] == other.numpy_rng[2:]

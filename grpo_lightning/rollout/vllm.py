@@ -64,7 +64,7 @@ from grpo_lightning.rollout.vllm_vision import (
 
 
 def _is_cpu_platform() -> bool:
-    from vllm.platforms import current_platform
+    from vllm.platforms import current_platform  # noqa: PLC0415  (vllm: optional, the vllm extra)
 
     return current_platform.is_cpu()
 
@@ -140,7 +140,7 @@ class VLLMEngine:
             kwargs["max_model_len"] = s.max_model_len
         if self.vision is not None:
             kwargs["limit_mm_per_prompt"] = {"image": s.images_per_prompt}
-        from vllm import LLM
+        from vllm import LLM  # noqa: PLC0415  (vllm: optional, the vllm extra)
 
         def start():
             return LLM(
@@ -210,7 +210,7 @@ class VLLMEngine:
     @staticmethod
     def sampling_params(request: GenerationRequest, sampling: Sampling):
         """One request's ``SamplingParams``: n=1 and the request's own seed, never a shared one."""
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # noqa: PLC0415  (vllm: optional, the vllm extra)
 
         return SamplingParams(
             n=1,
@@ -224,7 +224,7 @@ class VLLMEngine:
         )
 
     def _generate(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:
-        from vllm.inputs import TokensPrompt
+        from vllm.inputs import TokensPrompt  # noqa: PLC0415  (vllm: optional, the vllm extra)
 
         if self.vision is not None:  # images as multimodal data (vllm_vision.py)
             prompts = [self.vision.prompt(r) for r in requests]
@@ -236,7 +236,7 @@ class VLLMEngine:
         for request, output in zip(requests, outputs, strict=True):
             sample = output.outputs[0]
             tokens = list(sample.token_ids)
-            logprobs = [step[token].logprob for step, token in zip(sample.logprobs, tokens)]
+            logprobs = [step[token].logprob for step, token in zip(sample.logprobs, tokens, strict=True)]
             completion = Completion(token_ids=tokens, finished=sample.finish_reason == "stop", logprobs=logprobs)
             completions.append(checked_prompt(request, output.prompt_token_ids, completion))
         return completions
@@ -251,8 +251,8 @@ class VLLMEngine:
         return self._blocking(self._submit(self._sequence_logprobs, list(prompt_ids), list(completion_ids)))
 
     def _sequence_logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
+        from vllm import SamplingParams  # noqa: PLC0415  (vllm: optional, the vllm extra)
+        from vllm.inputs import TokensPrompt  # noqa: PLC0415  (vllm: optional, the vllm extra)
 
         sequence = prompt_ids + completion_ids
         params = SamplingParams(n=1, seed=0, temperature=1.0, max_tokens=1, prompt_logprobs=0, detokenize=False)

@@ -1,8 +1,14 @@
 """HTTP calls to a vLLM server, each bounded by a timeout, every failure a :class:`VLLMServerError`
-naming the server (and why it is gone, for a launched one that exited), never a hang."""
+naming the server (and why it is gone, for a launched one that exited), never a hang.
+
+A server given by URL is probed before it is waited for: a URL where something else answers (a web
+server's 404, a login page, a port that accepts connections but never speaks HTTP) waited the whole
+``timeout_s`` (300 s) without a word. Now such an answer fails at once, in one line saying what
+answered; a vLLM server that is still loading (HTTP 5xx) is waited for, and the wait is said."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 import httpx
@@ -10,6 +16,9 @@ import httpx
 from grpo_lightning.config.rollout import CONNECT_TIMEOUT_S
 from grpo_lightning.rollout.server_guard import VLLMServerError
 from grpo_lightning.rollout.vllm_server_process import SERVED_NAME
+
+log = logging.getLogger(__name__)
+PROBE_S = 10.0  # a vLLM server answers /health at once once it listens (even under load): longer is not one
 
 
 def _timeout(seconds: float) -> httpx.Timeout:
@@ -45,19 +54,41 @@ class ServerClient:
         deadline = start + (starting_s if starting_s is not None else self.timeout_s)
         where = f"the vLLM server {self.url} (rank {rank})"
         advice = "; start it, or check rollout.vllm.server.url (or launch one: rollout.vllm.server.launch=true)"
+        given = starting_s is None  # a URL the user gave: anything may answer there
+        said_waiting = False
         while True:
             left = max(deadline - time.perf_counter(), 0.01)
             try:
-                status = self._http.get("/health", timeout=_timeout(left)).status_code
+                response = self._http.get("/health", timeout=_timeout(min(left, PROBE_S) if given else left))
+                status = response.status_code
             except httpx.ConnectError as err:
-                if starting_s is None or time.perf_counter() + 0.5 > deadline:
+                if given or time.perf_counter() + 0.5 > deadline:
                     raise self._failure(err, f"GET /health (rank {rank})", advice) from err
                 time.sleep(0.5)
                 continue
-            except httpx.HTTPError as err:
+            except httpx.ReadTimeout as err:
+                if given and left > PROBE_S:
+                    raise VLLMServerError(
+                        f"{where} accepted the connection but sent no answer to GET /health within {PROBE_S:g} s "
+                        f"(a vLLM server answers at once): not a vLLM server?{advice}"
+                    ) from err
+                raise self._failure(err, f"GET /health (rank {rank})", advice) from err
+            except httpx.HTTPError as err:  # garbage instead of HTTP: RemoteProtocolError
                 raise self._failure(err, f"GET /health (rank {rank})", advice) from err
             if status == 200:
+                if given:
+                    self._is_vllm(where, advice)
                 return time.perf_counter() - start
+            if given and status != 401 and status < 500:  # 3xx, 404, 403...: something else answers there
+                raise VLLMServerError(
+                    f"{where} answered GET /health with HTTP {status} ({_what(response)}): not a vLLM server{advice}"
+                )
+            if given and status >= 500 and not said_waiting:
+                said_waiting = True
+                log.warning(
+                    f"{where} answers GET /health with HTTP {status} (still loading?): waiting for it, at most "
+                    f"rollout.vllm.server.timeout_s={self.timeout_s:g} s"
+                )
             if status == 401:
                 raise VLLMServerError(
                     f"{where} refused GET /health with HTTP 401: it wants a key; name the environment variable "
@@ -69,6 +100,21 @@ class ServerClient:
                     f"{self.timeout_s:g} s"
                 )
             time.sleep(0.5)  # a server still loading its model answers 503
+
+    def _is_vllm(self, where: str, advice: str) -> None:
+        """``/v1/models`` lists the served models, as a vLLM (OpenAI-compatible) server's does."""
+        response, data = None, None
+        try:
+            response = self._http.get("/v1/models", timeout=_timeout(PROBE_S))
+            data = response.json().get("data") if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):  # no answer, not JSON, not an object
+            pass
+        if not isinstance(data, list):
+            answered = "no answer" if response is None else f"HTTP {response.status_code}, {_what(response)}"
+            raise VLLMServerError(
+                f"{where} answered GET /health but not GET /v1/models as a vLLM server does ({answered}): "
+                f"not a vLLM server{advice}"
+            )
 
     def call(self, method: str, path: str, what: str, hint: str = "", **kwargs):
         """One request; ``hint`` is added when the server answers with an error status."""
@@ -107,3 +153,12 @@ class ServerClient:
 
     def close(self) -> None:
         self._http.close()
+
+
+def _what(response: httpx.Response) -> str:
+    """Who answered, in a few words: its Server header and the start of its body."""
+    server = response.headers.get("server")
+    body = " ".join(response.text[:80].split())
+    return ", ".join(
+        part for part in (f"server {server!r}" if server else "", repr(body) if body else "empty body") if part
+    )

@@ -56,10 +56,17 @@ from lightning.pytorch.utilities import rank_zero_only
 from grpo_lightning.errors import CheckpointError, UserError
 from grpo_lightning.models.lora import full_state_dict
 from grpo_lightning.models.sharding import is_sharded
-from grpo_lightning.records.plain_state import NOT_CODE, RefusedState
+from grpo_lightning.records.plain_state import RefusedState
 from grpo_lightning.runtime import checksums
 from grpo_lightning.runtime.export import export_hf
-from grpo_lightning.runtime.resume_check import CONFIG_KEY, check_resume
+from grpo_lightning.runtime.resume_check import (
+    CONFIG_KEY,
+    NOT_PLAIN_DATA,
+    apply_optimizer_settings,
+    check_resume,
+    resume_note,
+    unreadable,
+)
 from grpo_lightning.runtime.stop_signals import StopSignals
 from grpo_lightning.step.guards import NonFiniteTrainingError
 
@@ -135,12 +142,21 @@ def fit_refusing_code(trainer: L.Trainer, module, datamodule, ckpt_path: str | P
     except UnpicklingError as err:
         if ckpt_path is None or "weights only load failed" not in str(err).lower():
             raise
-        refused = (
-            f"checkpoint {ckpt_path} holds objects that are not plain data (tensors, numbers, strings, lists, "
-            f"dicts), so it is refused: {NOT_CODE}"
-        )
+        refused = f"checkpoint {ckpt_path} {NOT_PLAIN_DATA}"
     except RefusedState as err:  # from a state's load_state_dict, which does not know the file
         refused = f"checkpoint {ckpt_path}: {err}"
+    except RuntimeError as err:  # torch's zip reader on a truncated file; load_state_dict on other shapes
+        said = str(err)
+        if ckpt_path is None or not any(m in said for m in ("PytorchStreamReader", "Error(s) in loading state_dict")):
+            raise
+        refused = (
+            unreadable(ckpt_path, err)
+            if "PytorchStreamReader" in said
+            else (
+                f"checkpoint {ckpt_path} holds weights of another model ({said.splitlines()[0][:200]}); resume with the "
+                f"model it was written with, or start fresh in another trainer.output_dir"
+            )
+        )
     if refused is not None:
         raise CheckpointError(refused)
 
@@ -203,6 +219,7 @@ class RunCheckpoints(L.Callback):
         self.signals = StopSignals()
         self._rng_to_restore: dict | None = None
         self._last_step = 0
+        self._resumed = False
 
     # ----------------------------------------------------------------------- state
     def state_dict(self) -> dict:
@@ -220,6 +237,9 @@ class RunCheckpoints(L.Callback):
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module, checkpoint: dict) -> None:
         check_resume(checkpoint, self.config, trainer.max_steps, self.allow_changes, trainer.ckpt_path)
+        self._resumed = True
+        if (note := resume_note(checkpoint, self.config, trainer.ckpt_path)) is not None:
+            say(note)
         # A run's last checkpoint is written at its last batch, which Lightning marks as the
         # end of the (one) epoch: resumed with a larger trainer.max_steps it would stop at
         # once ("max_epochs=1 reached"). The epoch now has more batches (build_datamodule),
@@ -235,6 +255,8 @@ class RunCheckpoints(L.Callback):
         if self._rng_to_restore is not None:  # as it was right after the checkpointed step
             set_rng_state(self._rng_to_restore)
             self._rng_to_restore = None
+        if self._resumed and self.config is not None:  # the optimizer state restored holds the old lr
+            apply_optimizer_settings(trainer, self.config)
         if self.handle_signals:
             self.signals.install()
 

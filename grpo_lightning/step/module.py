@@ -259,7 +259,7 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
                 rollout.temperature,
                 with_entropy=True,
                 entropy_grad=self.cfg.entropy_coef > 0,
-                packed=lambda: mb.packed,
+                packed=lambda mb=mb: mb.packed,
                 truncation=self.replay,
                 vision=mb.vision,
             )

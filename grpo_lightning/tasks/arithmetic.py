@@ -64,7 +64,7 @@ def _answer_text(completion: str) -> str:
 @register_reward("arithmetic_exact")
 def arithmetic_exact(prompts: list[str], completions: list[str], answer: list[str], **_) -> list[float]:
     """1.0 when the completion is exactly the answer (surrounding spaces ignored), else 0.0."""
-    return [float(_answer_text(c) == str(a)) for c, a in zip(completions, answer)]
+    return [float(_answer_text(c) == str(a)) for c, a in zip(completions, answer, strict=True)]
 
 
 @register_reward("arithmetic_digits")
@@ -74,9 +74,10 @@ def arithmetic_digits(prompts: list[str], completions: list[str], answer: list[s
     "7" for 7 scores 1, "7+" scores 0.5, "17" for 12 scores 0.5, "" scores 0.
     """
     scores = []
-    for completion, target in zip(completions, answer):
+    for completion, target in zip(completions, answer, strict=True):
         guess, target = _answer_text(completion), str(target)
-        matches = sum(g == t for g, t in zip(guess, target))
+        # Position by position over the shorter text; the longer length below charges what is missing.
+        matches = sum(g == t for g, t in zip(guess, target, strict=False))
         scores.append(matches / max(len(guess), len(target)))
     return scores
 
@@ -101,7 +102,7 @@ def arithmetic_close(prompts: list[str], completions: list[str], answer: list[st
     so the signal points every prompt towards its own answer and towards the answer format.
     """
     scores = []
-    for completion, target in zip(completions, answer):
+    for completion, target in zip(completions, answer, strict=True):
         text = completion.strip()
         guess = _leading_int(text)
         if guess is None or str(guess) != text:

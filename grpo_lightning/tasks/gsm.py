@@ -78,4 +78,4 @@ def gsm(options: GsmTaskConfig, check: Check | None = None) -> tuple[list[dict],
 def gsm_exact(prompts: list[str], completions: list[str], answer: list[str], **_) -> list[float]:
     """1.0 when the extracted answer (tag, boxed, else the last number) equals the reference as
     mathematics (math-verify: ``"1,200"``, ``"1200.0"`` and ``"\\frac{2400}{2}"`` match 1200)."""
-    return [float(math_equal(extract_answer(c), str(t))) for c, t in zip(completions, answer)]
+    return [float(math_equal(extract_answer(c), str(t))) for c, t in zip(completions, answer, strict=True)]

@@ -143,10 +143,13 @@ def task_scorer(task: TaskConfig, modules: Sequence[str] = ()) -> RewardScorer |
     """The run's scorer: ``task.rewards`` weighted, or per source for task=mixed; ``modules``: the
     files and modules whose top-level callables reward names may name (``task.reward_modules``, ``plugins``)."""
     if not isinstance(task, MixedTaskConfig):
-        return RewardScorer.from_names(task.rewards, task.reward_timeout_s, modules)
+        return RewardScorer.from_names(task.rewards, task.reward_timeout_s, modules, process=task.reward_process)
     sources = task.source_options()
     return SourceRouter(
-        {s: RewardScorer.from_names(o.rewards, task.reward_timeout_s, modules) for s, o in sources.items()},
+        {
+            s: RewardScorer.from_names(o.rewards, task.reward_timeout_s, modules, process=task.reward_process)
+            for s, o in sources.items()
+        },
         {s: o.correctness_reward for s, o in sources.items()},
         modules,
     )

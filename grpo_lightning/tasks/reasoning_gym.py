@@ -25,7 +25,7 @@ INSTALL_HINT = "pip install 'reasoning-gym>=0.1.19'   (or: pip install -e '.[dat
 
 def _reasoning_gym():
     try:
-        import reasoning_gym
+        import reasoning_gym  # noqa: PLC0415  (reasoning-gym: optional, the data extra)
     except ImportError as err:
         raise ImportError(f"task=reasoning_gym needs the package reasoning-gym: {INSTALL_HINT}") from err
     return reasoning_gym
@@ -64,7 +64,7 @@ class ReasoningGymTaskConfig(TaskConfig):
 
 def dataset_options(dataset: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Our defaults for ``dataset`` updated with ``options``; unknown names are an error listing the valid ones."""
-    from reasoning_gym.factory import DATASETS
+    from reasoning_gym.factory import DATASETS  # noqa: PLC0415  (reasoning-gym: optional, the data extra)
 
     if dataset not in DATASETS:
         raise DataError(f"task.dataset={dataset!r} is not a reasoning-gym dataset; choose one of {sorted(DATASETS)}")
@@ -138,7 +138,7 @@ def reasoning_gym_correct(prompts: list[str], completions: list[str], entry: lis
     """The dataset's own ``score_answer(extracted answer, entry)`` (1.0 for correct, partial credit where it
     gives any); a numeric reference also accepts an equivalent form (math-verify: ``0.5`` for ``1/2``)."""
     scores = []
-    for completion, e in zip(completions, entry):
+    for completion, e in zip(completions, entry, strict=True):
         guess = extract_answer(completion)
         score = score_answer(guess, e)
         if score < 1.0 and is_numeric(str(e["answer"])) and math_equal(guess, str(e["answer"])):

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from transformers import AutoModelForCausalLM
 from trl_sums import write_sums  # beside this script (run as a file: its folder is on sys.path)
 
 import grpo_lightning.rollout.generator as rollout_module
@@ -40,6 +41,7 @@ from grpo_lightning.build import build_run
 from grpo_lightning.config import TrainConfig, task_options
 from grpo_lightning.data import PromptDataModule
 from grpo_lightning.data.sampler import PromptSampler
+from grpo_lightning.models.lora import full_state_dict, merged_state_dict
 from grpo_lightning.registry import plugin_module
 from grpo_lightning.rollout.seeding import group_seeds
 from grpo_lightning.tasks.dataset import DatasetTaskConfig
@@ -161,10 +163,6 @@ def fit_scenario(scenario: str, out_dir: str, steps: int) -> None:
     trainer.fit(run.module, datamodule=run.datamodule)
     export = {}
     if scenario.startswith("fsdp"):
-        from transformers import AutoModelForCausalLM
-
-        from grpo_lightning.models.lora import full_state_dict, merged_state_dict
-
         merged = merged_state_dict(run.module.policy, full_state_dict(run.module.policy))  # every rank
         if trainer.global_rank == 0:
             final = Path(out_dir, "hf", "final")

@@ -18,11 +18,13 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.distributed.device_mesh import init_device_mesh
 from torch.nn.parallel import DistributedDataParallel
 
 from grpo_lightning.algorithm import LOSS_AGG_MODES
 from grpo_lightning.config import AlgorithmConfig, TinyModelConfig
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
+from grpo_lightning.models.sharding import shard_module
 from grpo_lightning.rollout import RolloutBatch
 from grpo_lightning.step.module import GRPOModule
 
@@ -84,10 +86,6 @@ def flat_grad(module: GRPOModule) -> torch.Tensor:
 def wrap(module: GRPOModule, kind: str, world: int):
     """DDP around the policy, or FSDP2 units over policy and reference; returns the no-sync context."""
     if kind == "fsdp":
-        from torch.distributed.device_mesh import init_device_mesh
-
-        from grpo_lightning.models.sharding import shard_module
-
         shard_module(module, init_device_mesh("cpu", (world,)))
         return None  # FSDP2 reduce-scatters every micro-batch's gradient: nothing to block
     module.policy = DistributedDataParallel(module.policy)

@@ -1,4 +1,9 @@
-"""A loopback OpenAI-compatible /chat/completions server whose answers a test scripts (stdlib only)."""
+"""A loopback OpenAI-compatible /chat/completions server whose answers a test scripts (stdlib only).
+
+``reply(prompt_text, headers) -> (status, content)``: a str content is the judge's message; a
+float means "sleep that long, then 200 'Score: 5'"; with a 3xx status the content is the
+``Location``; a :class:`Trickle` sends its message one byte every ``delay`` seconds (``headers``:
+the status line and headers too). Every request is recorded, POST or not, with its headers."""
 
 from __future__ import annotations
 
@@ -6,10 +11,20 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-# reply(prompt_text, headers) -> (status, content) ; a float content means "sleep that long, then 200 'Score: 5'"
 Reply = Callable[[str, dict], tuple[int, object]]
+
+
+@dataclass(frozen=True)
+class Trickle:
+    """An answer sent one byte every ``delay`` seconds (with ``headers``, the status line and headers too)."""
+
+    content: str
+    delay: float
+    headers: bool = False
 
 
 class _Server(ThreadingHTTPServer):
@@ -28,22 +43,48 @@ class ScriptedJudge:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 (http.server's name)
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append(body)
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 outer.headers.append(dict(self.headers))
-                status, content = outer.reply(body["messages"][0]["content"], dict(self.headers))
+                try:
+                    body = json.loads(raw)
+                    text = body["messages"][0]["content"]
+                except (ValueError, KeyError, IndexError, TypeError):
+                    body, text = {"method": self.command, "path": self.path}, ""
+                outer.requests.append(body)
+                status, content = outer.reply(text, dict(self.headers))
                 if isinstance(content, float):
                     time.sleep(content)
                     content = "Score: 5"
-                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
                 try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    self.answer(status, content)
                 except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
                     pass
+
+            do_GET = do_POST  # noqa: N815 (a redirected request may come back as a GET)
+
+            def answer(self, status, content):
+                if 300 <= status < 400:
+                    self.send_response(status)
+                    self.send_header("Location", content)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                message = content.content if isinstance(content, Trickle) else content
+                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": message}}]}).encode()
+                head = (
+                    f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(data)}\r\n\r\n"
+                ).encode()
+                if not isinstance(content, Trickle):
+                    self.wfile.write(head + data)
+                    return
+                if not content.headers:
+                    self.wfile.write(head)
+                    self.wfile.flush()
+                for byte in (head if content.headers else b"") + data:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(content.delay)
 
             def log_message(self, *args):
                 pass

@@ -10,16 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import LlamaConfig, LlamaForSequenceClassification
+from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
 
 from grpo_lightning.models import build_char_tokenizer
 
 
-def save_tiny_reward_model(folder: Path, liked: str = "7", chat_template: str | None = None) -> Path:
-    tokenizer = build_char_tokenizer()
-    if chat_template is not None:
-        tokenizer.chat_template = chat_template
-    config = LlamaConfig(
+def tiny_config(tokenizer) -> LlamaConfig:
+    return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=32,
         intermediate_size=64,
@@ -30,6 +27,13 @@ def save_tiny_reward_model(folder: Path, liked: str = "7", chat_template: str | 
         pad_token_id=tokenizer.pad_token_id,
         num_labels=1,
     )
+
+
+def save_tiny_reward_model(folder: Path, liked: str = "7", chat_template: str | None = None) -> Path:
+    tokenizer = build_char_tokenizer()
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    config = tiny_config(tokenizer)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = LlamaForSequenceClassification(config)
@@ -40,5 +44,13 @@ def save_tiny_reward_model(folder: Path, liked: str = "7", chat_template: str | 
         target = model.model.norm(model.model.embed_tokens.weight[tokenizer.convert_tokens_to_ids(liked)])
         model.score.weight.copy_(target[None] / target.square().sum())  # score(liked) = 1, others < 1
     model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return Path(folder)
+
+
+def save_tiny_causal_lm(folder: Path) -> Path:
+    """The same shape as a causal language model: no ``score`` head (what issue 46 loaded as a reward model)."""
+    tokenizer = build_char_tokenizer()
+    LlamaForCausalLM(tiny_config(tokenizer)).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return Path(folder)

@@ -8,6 +8,7 @@ import torch
 from grpo_lightning.build import build_run
 from grpo_lightning.config import TrainConfig
 from grpo_lightning.data import PromptDataModule
+from grpo_lightning.models import build_tiny_policy
 from grpo_lightning.rollout import RolloutBatch
 
 
@@ -91,8 +92,6 @@ def diversity_failures(batches: list[RolloutBatch], min_distinct_fraction: float
 
 def perturbed_policy(tokenizer, seed: int = 0, steps: int = 3, lr: float = 1e-2):
     """The tiny policy after a few AdamW steps on a next-token loss: weights that differ from init."""
-    from grpo_lightning.models import build_tiny_policy
-
     policy = build_tiny_policy(tokenizer, seed=seed)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=lr)
     text = tokenizer(["1+2=3", "4+4=8", "7+1=8", "2+2=4"], return_tensors="pt")["input_ids"]

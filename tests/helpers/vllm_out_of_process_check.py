@@ -16,14 +16,14 @@ import torch
 
 def main() -> None:
     torch.set_num_threads(1)
-    from vllm_helpers import perturbed_policy
+    from vllm_helpers import perturbed_policy  # noqa: PLC0415  (vLLM's spawned engine re-imports this file)
 
-    from grpo_lightning.config import RolloutConfig, VLLMConfig
-    from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
-    from grpo_lightning.rollout import GenerationRequest, Sampling
-    from grpo_lightning.rollout.child_watchdog import descendants
-    from grpo_lightning.rollout.side_effects import ProcessState
-    from grpo_lightning.rollout.vllm import VLLMEngine
+    from grpo_lightning.config import RolloutConfig, VLLMConfig  # noqa: PLC0415  (vLLM's spawned engine re-imports this file)
+    from grpo_lightning.models import build_char_tokenizer, build_tiny_policy  # noqa: PLC0415  (vLLM's spawned engine re-imports this file)
+    from grpo_lightning.rollout import GenerationRequest, Sampling  # noqa: PLC0415  (vLLM's spawned engine re-imports this file)
+    from grpo_lightning.rollout.child_watchdog import descendants  # noqa: PLC0415  (vLLM's spawned engine re-imports this file)
+    from grpo_lightning.rollout.side_effects import ProcessState  # noqa: PLC0415  (vLLM's spawned engine re-imports this file)
+    from grpo_lightning.rollout.vllm import VLLMEngine  # noqa: PLC0415  (vLLM's spawned engine re-imports this file)
 
     tok = build_char_tokenizer()
     torch.manual_seed(5)

@@ -4,11 +4,17 @@ a freed tensor stays resident without the setting and goes back to the OS with i
 
 from __future__ import annotations
 
+import ctypes
 import os
+import random
 import subprocess
 import sys
 
 import pytest
+from conftest import make_config
+
+from grpo_lightning import build
+from grpo_lightning.models.allocator import KERNEL_HUGE_PAGES, _switch_on
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt is Linux-only")
 
@@ -46,10 +52,6 @@ def test_freed_tensors_go_back_to_the_os_only_with_the_setting():
 
 
 def test_build_run_applies_the_setting(monkeypatch):
-    from conftest import make_config
-
-    from grpo_lightning import build
-
     calls = []
     monkeypatch.setattr(build, "release_freed_memory", lambda threshold: calls.append(threshold) or True)
     build.build_run(make_config(1))  # 0, the default: glibc's own threshold, nothing called
@@ -74,8 +76,6 @@ print(torch_uses_huge_pages(), huge_kb, huge_pages_report(), sep="\n")
 
 
 def huge_pages_probe(order: str, **env: str) -> tuple[bool, int, str]:
-    import os
-
     environment = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"} | env
     out = subprocess.run(
         [sys.executable, "-c", HUGE_PAGES_PROBE, order], capture_output=True, text=True, check=True, env=environment
@@ -86,8 +86,6 @@ def huge_pages_probe(order: str, **env: str) -> tuple[bool, int, str]:
 
 def kernel_mode() -> str:
     """always, madvise or never: the kernel's transparent huge pages setting (the bracketed word)."""
-    from grpo_lightning.models.allocator import KERNEL_HUGE_PAGES
-
     return KERNEL_HUGE_PAGES.read_text().split("[")[1].split("]")[0]
 
 
@@ -114,10 +112,6 @@ def test_the_users_own_switch_wins():
 
 
 def test_build_run_reports_huge_pages(monkeypatch):
-    from conftest import make_config
-
-    from grpo_lightning import build
-
     lines = []
     monkeypatch.setattr(build, "huge_pages_report", lambda requested: f"huge pages: the report ({requested})")
     monkeypatch.setattr(build, "rank_zero_info", lines.append)
@@ -128,11 +122,6 @@ def test_build_run_reports_huge_pages(monkeypatch):
 def test_the_switch_is_read_as_torch_reads_it():
     """torch turns huge pages on when C's atoi of THP_MEM_ALLOC_ENABLE is non-zero; the report
     must read "yes", " 2" or "0x1" the same way, or it blames the import order wrongly."""
-    import ctypes
-    import random
-
-    from grpo_lightning.models.allocator import _switch_on
-
     atoi = ctypes.CDLL("libc.so.6").atoi
     atoi.argtypes, atoi.restype = [ctypes.c_char_p], ctypes.c_int
     rng = random.Random(0)
@@ -144,8 +133,6 @@ def test_the_switch_is_read_as_torch_reads_it():
 def test_importing_the_package_changes_no_allocator_setting():
     """No import side effects: not the env switch, and no lightning (whose import allocates, which
     would fix torch's allocator before the run could apply trainer.huge_pages)."""
-    import os
-
     probe = (
         "import os, sys, grpo_lightning, grpo_lightning.train\n"
         "from grpo_lightning import TrainConfig\n"
@@ -158,10 +145,6 @@ def test_importing_the_package_changes_no_allocator_setting():
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_a_run_applies_trainer_huge_pages(monkeypatch, enabled):
-    from conftest import make_config
-
-    from grpo_lightning import build
-
     monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
     cfg = make_config(1)
     cfg.trainer.huge_pages = enabled

@@ -24,6 +24,7 @@ from grpo_lightning.data.rows import check_text_file
 from grpo_lightning.errors import ConfigError, DataError
 from grpo_lightning.models import memory, source
 from grpo_lightning.rewards.columns import required_columns
+from tests.helpers.tiny_reward_model import save_tiny_causal_lm
 
 # Its module fixture only writes small files: the cases may run on every xdist worker.
 pytestmark = pytest.mark.spread_over_workers
@@ -44,6 +45,9 @@ def write_files(root: Path) -> dict[str, str]:
         "malformed.jsonl": '{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2=", "answer": \n',
         "not_utf8.jsonl": b'{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2=\xff\xfe", "answer": "4"}\n',
         "not_utf8.csv": b"prompt,answer\n1+1=,2\n2+2=\xff,4\n",
+        "extra_field.csv": "prompt,answer\n1+1=,2\n2+2=,4,5\n",
+        "missing_field.csv": "prompt,answer\n1+1=,2\n\n2+2=\n",
+        "open_quote.csv": 'prompt,answer\n1+1=,2\n"2+2=,4\n3+3=,6\n',
         "mixed.jsonl": '{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2=", "answer": 4}\n'
         '{"prompt": "3+3=", "answer": [6]}\n',
         "no_answer.jsonl": '{"prompt": "1+1="}\n{"prompt": "2+2="}\n',
@@ -211,6 +215,9 @@ CASES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
     ("data_malformed_row", dataset("<malformed.jsonl>"), ("malformed.jsonl", "line 2 (row 1)", "JSON")),
     ("data_not_utf8", dataset("<not_utf8.jsonl>"), ("not_utf8.jsonl", "UTF-8", "line 2 (row 1)")),
     ("data_not_utf8_csv", dataset("<not_utf8.csv>"), ("not_utf8.csv", "UTF-8", "line 3 (row 1)")),
+    ("data_csv_extra_field", dataset("<extra_field.csv>"), ("extra_field.csv", "line 3 (row 1)", "3 fields")),
+    ("data_csv_missing_field", dataset("<missing_field.csv>"), ("missing_field.csv", "line 4 (row 1)", "1 field ")),
+    ("data_csv_open_quote", dataset("<open_quote.csv>"), ("open_quote.csv", "line 3 (row 1)", "close the quote")),
     ("data_mixed_types", dataset("<mixed.jsonl>"), ("mixed.jsonl", "'answer'", "rows [1]", "rows [2]")),
     ("data_no_answer", dataset("<no_answer.jsonl>"), ("'arithmetic_exact'", "'answer'", "['prompt']")),
     ("data_no_prompt", dataset("<no_prompt.jsonl>"), ("no_prompt.jsonl", "prompt", "question")),
@@ -448,3 +455,221 @@ def test_a_bad_input_leaves_an_earlier_runs_folder_as_it_was(args, files, monkey
     code, err, _ = run_cli(monkeypatch, tmp_path, capsys, args)
     assert code == 2 and "Traceback" not in err, err
     assert {p: p.read_bytes() for p in checkpoints.rglob("*")} == before
+
+
+# ============================================================================= reward sources
+# (issue 46) A reward source's bad options, URL, key, folder or interpreter: refused by the config's checks or
+# when the run builds the sources it names, before training; never at the first batch.
+JUDGED = "task.rewards={judge: 1.0}"
+REWARD_SOURCE_CASES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
+    ("judge_url_not_http", (JUDGED, "rewards.judge.url=ftp://judge/v1"), ("rewards.judge.url", "http(s)")),
+    ("judge_url_without_host", (JUDGED, "rewards.judge.url=http:///v1"), ("rewards.judge.url",)),
+    ("judge_url_empty", (JUDGED,), ("rewards.judge.url is empty",)),
+    (
+        "judge_key_unset",
+        (JUDGED, "rewards.judge.url=http://127.0.0.1:9/v1", "rewards.judge.api_key_env=NO_SUCH_JUDGE_KEY_46"),
+        ("rewards.judge.api_key_env='NO_SUCH_JUDGE_KEY_46'", "unset"),
+    ),
+    ("judge_unknown_verdict", (JUDGED, "rewards.judge.verdict=stars"), ("rewards.judge.verdict", "stars")),
+    ("judge_negative_timeout", ("rewards.judge.timeout_s=-1",), ("rewards.judge.timeout_s",)),
+    ("judge_zero_reply_cap", ("rewards.judge.max_reply_kb=0",), ("rewards.judge.max_reply_kb",)),
+    ("judge_misspelt_key", ("rewards.judge.urll=http://h/v1",), ("rewards.judge.urll", "rewards.judge.url")),
+    (
+        "reward_model_folder_missing",
+        ("task.rewards={reward_model: 1.0}", "rewards.reward_model.path=/no/such/rm"),
+        ("rewards.reward_model.path", "/no/such/rm", "no config.json"),
+    ),
+    (
+        "reward_model_without_head",
+        ("task.rewards={reward_model: 1.0}", "rewards.reward_model.path=<causal_lm>"),
+        ("rewards.reward_model.path", "causal_lm", "score.weight"),
+    ),
+    ("reward_model_bad_dtype", ("rewards.reward_model.dtype=float8",), ("rewards.reward_model.dtype", "float8")),
+    ("sandbox_zero_cpu", ("task=code", "rewards.code_tests.cpu_s=0"), ("rewards.code_tests.cpu_s",)),
+    ("sandbox_zero_scratch", ("task=code", "rewards.code_tests.scratch_mb=0"), ("rewards.code_tests.scratch_mb",)),
+    ("sandbox_negative_wall", ("task=code", "rewards.code_tests.wall_s=-1"), ("rewards.code_tests.wall_s",)),
+    ("sandbox_no_python", ("task=code", "rewards.code_tests.python=/no/python3"), ("rewards.code_tests.python",)),
+    (
+        "sandbox_python_that_does_not_run",
+        ("task.rewards={code_tests: 1.0}", "rewards.code_tests.python=<not_python>"),  # tiny model: not task=code
+        ("rewards.code_tests.python", "does not run"),
+    ),
+    ("sandbox_visible_missing", ("task=code", "rewards.code_tests.visible=[/no/such/dir]"), ("/no/such/dir",)),
+    ("reward_timeout_negative", ("task.reward_timeout_s=-5",), ("task.reward_timeout_s",)),
+    (
+        "reward_process_without_limit",
+        ("task.reward_timeout_s=null", "task.reward_process=true"),
+        ("task.reward_process=true needs task.reward_timeout_s",),
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def source_files(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("reward_sources")
+    not_python = root / "not_python"
+    not_python.write_text("#!/bin/sh\nexit 3\n")
+    not_python.chmod(0o755)
+    return {"causal_lm": str(save_tiny_causal_lm(root / "causal_lm")), "not_python": str(not_python)}
+
+
+@pytest.mark.parametrize("case, args, said", REWARD_SOURCE_CASES, ids=[c[0] for c in REWARD_SOURCE_CASES])
+def test_a_bad_reward_source_ends_in_one_clear_line(case, args, said, source_files, monkeypatch, tmp_path, capsys):
+    code, err, seconds = run_cli(monkeypatch, tmp_path, capsys, fill(args, source_files))
+    assert_one_clear_line(code, err, seconds, said, tmp_path / "run")
+
+
+# ============================================================================= environments and tools
+# (issue 46) What a user's environment or tool gets wrong: each one line naming the environment, exit 2
+# where the run cannot go on, no traceback, within seconds. Most are found before the first step, when
+# one environment is made and reset on the first row (environments/calls.py: first_reset).
+ENVIRONMENTS_PLUGIN = '''
+import threading
+
+from grpo_lightning.environments.base import ENVIRONMENTS, Reset, Step
+from grpo_lightning.environments.tools import ToolEnvironment
+
+
+class Env:
+    """Resets to a guess-the-number prompt; each variant below breaks one thing."""
+
+    def reset(self, seed, row):
+        return Reset(messages=[{"role": "user", "content": "1-8?"}])
+
+    def step(self, turn):
+        return Step(messages=[{"role": "user", "content": "="}], reward=1.0, done=True)
+
+    def close(self):
+        pass
+
+
+class RaisesAtReset(Env):
+    def reset(self, seed, row):
+        raise KeyError("scoreboard")
+
+
+class HangsAtReset(Env):
+    def reset(self, seed, row):
+        threading.Event().wait()
+
+
+class MessagesNotAList(Env):
+    def reset(self, seed, row):
+        return Reset(messages="not a list")
+
+
+class BogusRole(Env):
+    def reset(self, seed, row):
+        return Reset(messages=[{"role": "bogus", "content": "1-8?"}])
+
+
+class IntegerContent(Env):
+    def reset(self, seed, row):
+        return Reset(messages=[{"role": "user", "content": 7}])
+
+
+class StringReward(Env):
+    def step(self, turn):
+        return Step(messages=[{"role": "user", "content": "="}], reward="1.0", done=True)
+
+
+class RaisesInStep(Env):
+    def step(self, turn):
+        raise RuntimeError("the scoreboard is down")
+
+
+def no_docstring(x: int) -> int:
+    return x
+
+
+def factory_raises(options, row):
+    raise ConnectionError("no environment server at 127.0.0.1:1")
+
+
+for name, cls in [
+    ("raises_at_reset", RaisesAtReset),
+    ("hangs_at_reset", HangsAtReset),
+    ("messages_not_a_list", MessagesNotAList),
+    ("bogus_role", BogusRole),
+    ("integer_content", IntegerContent),
+    ("string_reward", StringReward),
+    ("raises_in_step", RaisesInStep),
+]:
+    ENVIRONMENTS.register(name)(lambda options, row, cls=cls: cls())
+ENVIRONMENTS.register("tool_without_docstring")(lambda options, row: ToolEnvironment([no_docstring]))
+ENVIRONMENTS.register("factory_raises")(factory_raises)
+'''
+
+
+@pytest.fixture(scope="module")
+def environments_plugin(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("environments") / "bad_environments.py"
+    path.write_text(ENVIRONMENTS_PLUGIN)
+    return str(path)
+
+
+def episodes(plugin: str, environment: str, *more: str) -> tuple[str, ...]:
+    return (
+        f"plugins=[{plugin}]",
+        "task=guess_number",
+        f"task.environment={environment}",
+        "rollout.prompts_per_step=2",
+        "rollout.num_generations=2",
+        "rollout.max_new_tokens=3",
+        *more,
+    )
+
+
+ENVIRONMENT_CASES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
+    ("unknown", (), ("task.environment", "no_such_environment")),
+    ("raises_at_reset", (), ("environment 'raises_at_reset': reset() raised KeyError: 'scoreboard'", "at start-up")),
+    (
+        "hangs_at_reset",
+        ("task.step_timeout_s=0.5",),
+        ("'hangs_at_reset': reset() took over task.step_timeout_s=0.5 s",),
+    ),
+    ("messages_not_a_list", (), ("'messages_not_a_list': reset().messages must be a list", "got a str")),
+    ("bogus_role", (), ("'bogus_role': reset().messages[0] has role 'bogus'",)),
+    ("integer_content", (), ("'integer_content': reset().messages[0] content must be a string, got a int",)),
+    ("tool_without_docstring", (), ("tool 'no_docstring'", "docstring")),
+    ("factory_raises", (), ("environment 'factory_raises': could not be made: ConnectionError",)),
+]
+
+
+@pytest.mark.parametrize("environment, more, said", ENVIRONMENT_CASES, ids=[c[0] for c in ENVIRONMENT_CASES])
+def test_a_broken_environment_ends_in_one_clear_line(
+    environment, more, said, environments_plugin, monkeypatch, tmp_path, capsys
+):
+    name = "no_such_environment" if environment == "unknown" else environment
+    code, err, seconds = run_cli(monkeypatch, tmp_path, capsys, episodes(environments_plugin, name, *more))
+    assert_one_clear_line(code, err, seconds, said, tmp_path / "run")
+
+
+@pytest.mark.slow  # a one-step run
+def test_an_environment_returning_a_string_reward_ends_the_run_in_one_line(
+    environments_plugin, monkeypatch, tmp_path, capsys
+):
+    args = episodes(environments_plugin, "string_reward", "trainer.max_steps=1", "eval.before_training=false")
+    code, err, seconds = run_cli(monkeypatch, tmp_path, capsys, args, fit_allowed=True)
+    said = ("environment 'string_reward': step().reward must be a number or None", "got a str: '1.0'")
+    assert_one_clear_line(code, err, seconds, said, tmp_path / "run")
+
+
+@pytest.mark.slow  # a one-step run
+def test_an_environment_raising_in_its_steps_is_named_in_one_line_and_the_run_goes_on(
+    environments_plugin, monkeypatch, tmp_path, capsys
+):
+    """Failed episodes are masked out and counted, by design; what the user needs is the exception, at once."""
+    monkeypatch.chdir(tmp_path)
+    args = episodes(environments_plugin, "raises_in_step", "trainer.max_steps=1", "logger=none")
+    monkeypatch.setattr(sys, "argv", ["grpo-lightning", *args, f"hydra.run.dir={tmp_path}/run"])
+    start = time.perf_counter()
+    try:
+        train.cli()
+    except SystemExit as stop:
+        assert stop.code in (0, None)
+    out = capsys.readouterr()
+    lines = [line for line in (out.out + out.err).splitlines() if "env_error in" in line]
+    assert len(lines) == 1 and "Traceback" not in out.out + out.err, out
+    assert "environment 'raises_in_step': step() raised RuntimeError: the scoreboard is down (" in lines[0]
+    assert "bad_environments.py:" in lines[0] and time.perf_counter() - start < 60

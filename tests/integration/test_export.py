@@ -11,6 +11,7 @@ manual check.)
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -51,8 +52,8 @@ def test_export_round_trips_through_transformers(tmp_path):
 
 
 def test_vllm_reads_the_exported_folder_and_generates_what_transformers_does(tmp_path, vllm_session):
-    from vllm.tokenizers import get_tokenizer
-    from vllm.transformers_utils.config import get_config
+    from vllm.tokenizers import get_tokenizer  # noqa: PLC0415  (vllm: seconds; only where used)
+    from vllm.transformers_utils.config import get_config  # noqa: PLC0415  (vllm: seconds; only where used)
 
     tok, policy, folder = exported(tmp_path)
     config = get_config(str(folder), trust_remote_code=False)
@@ -73,7 +74,7 @@ def test_examples_evaluate_takes_the_exported_folder(tmp_path, capsys, monkeypat
     _, _, folder = exported(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(ROOT / "examples"))
-    import evaluate as example
+    import evaluate as example  # noqa: PLC0415  (examples/evaluate.py: on sys.path only now)
 
     example.main([f"model.name_or_path={folder}", "eval.num_prompts=4"])
     out = capsys.readouterr().out
@@ -84,8 +85,6 @@ def test_examples_evaluate_takes_the_exported_folder(tmp_path, capsys, monkeypat
 def test_an_export_killed_mid_write_leaves_nothing_for_the_next_one(tmp_path):
     """A killed export leaves its staging folder (a whole model) or the replaced copy; the next
     export removes those of dead processes and keeps a running export's."""
-    import subprocess
-
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # its pid now names no process
     hf = tmp_path / "hf"

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +98,6 @@ def test_killed_and_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path):
     assert sorted(p.name for p in checkpoint.parent.glob("step_*.ckpt")) == ["step_00000015.ckpt", "step_00000020.ckpt"]
 
     # hf/final is a Hugging Face folder that transformers loads and generates from
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     final = tmp_path / "straight" / "hf" / "final"
     assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= {

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
 from grpo_lightning.config import ConfigError, ModelConfig
 from grpo_lightning.models import load_policy, smollm2
@@ -35,8 +36,6 @@ def test_conversion_writes_a_plain_float32_folder_in_the_cache(converted):
 
 
 def test_converted_weights_equal_the_dequantized_gguf(converted):
-    from transformers import AutoModelForCausalLM
-
     gguf = smollm2.gguf_path()
     reference = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     model = AutoModelForCausalLM.from_pretrained(str(converted), dtype=torch.float32)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 import torch
 from helpers.vllm_helpers import RolloutRecorder, diversity_failures, run_training, small_config
@@ -25,7 +27,7 @@ def test_async_batches_are_diverse_across_samples_and_steps(vllm_session):
     assert len(batches) == 4
     assert diversity_failures(batches) == []
     # Seeds follow the step each batch is for: step t's batch differs from step t-1's.
-    for before, now in zip(batches, batches[1:]):
+    for before, now in pairwise(batches):
         assert not torch.equal(before.completion_ids, now.completion_ids)
 
 
@@ -46,14 +48,14 @@ def test_sync_runs_with_the_same_seed_are_identical(vllm_session):
     first = run_training(small_config(steps=4), vllm_session.engine)
     second = run_training(small_config(steps=4), vllm_session.engine)
     assert completion_ids(first) == completion_ids(second)
-    assert all(torch.equal(a.engine_logprobs, b.engine_logprobs) for a, b in zip(first, second))
+    assert all(torch.equal(a.engine_logprobs, b.engine_logprobs) for a, b in zip(first, second, strict=True))
 
 
 def test_async_runs_are_identical_given_the_same_staleness(vllm_session):
     one = run_training(small_config(steps=4, mode="async", staleness=1), vllm_session.engine)
     again = run_training(small_config(steps=4, mode="async", staleness=1), vllm_session.engine)
     assert completion_ids(one) == completion_ids(again)
-    assert all(torch.equal(a.engine_logprobs, b.engine_logprobs) for a, b in zip(one, again))
+    assert all(torch.equal(a.engine_logprobs, b.engine_logprobs) for a, b in zip(one, again, strict=True))
     # Staleness is real: the same prompts and seeds scored by older weights.
     sync = run_training(small_config(steps=4), vllm_session.engine)
     two = run_training(small_config(steps=4, mode="async", staleness=2), vllm_session.engine)
@@ -68,7 +70,6 @@ def test_async_training_with_importance_sampling_logs_the_mismatch(vllm_session,
     cfg = small_config(steps=3, mode="async", lr=1e-2)
     cfg.algorithm.is_level = level
     cfg.algorithm.is_cap = 2.0
-    from grpo_lightning.build import build_run
 
     run = build_run(cfg, engine=vllm_session.engine)
     trainer = run.trainer(cfg, enable_progress_bar=False)

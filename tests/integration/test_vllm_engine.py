@@ -20,7 +20,7 @@ PROMPTS = ["1+2=", "9+9=", "3+4=", "0+7="]
 def requests_for(tokenizer, step: int, num_samples: int = 8) -> list[GenerationRequest]:
     seeds = group_seeds(0, 0, step, len(PROMPTS), num_samples)
     ids = [tokenizer(p)["input_ids"] for p in PROMPTS for _ in range(num_samples)]
-    return [GenerationRequest(i, s) for i, s in zip(ids, seeds)]
+    return [GenerationRequest(i, s) for i, s in zip(ids, seeds, strict=True)]
 
 
 def trainer_logprobs(policy, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> torch.Tensor:
@@ -73,7 +73,7 @@ def test_greedy_completion_and_logprobs_match_hf_after_training_and_sync(vllm_se
     engine.load_weights(policy.state_dict().items())
     requests = requests_for(tok, 0, num_samples=1)
     greedy = engine.generate(requests, Sampling.from_config(RolloutConfig(max_new_tokens=10, temperature=0.0)))
-    for request, completion in zip(requests, greedy):
+    for request, completion in zip(requests, greedy, strict=True):
         with torch.no_grad():
             hf = policy.generate(
                 torch.tensor([request.prompt_ids]),
@@ -101,6 +101,7 @@ def test_sampled_logprobs_are_the_trainers_at_the_sampling_temperature(vllm_sess
     for request, completion in zip(
         requests,
         engine.generate(requests, Sampling.from_config(RolloutConfig(max_new_tokens=12, temperature=temperature))),
+        strict=True,
     ):
         expected = trainer_logprobs(policy, request.prompt_ids, completion.token_ids, temperature)
         assert torch.allclose(torch.tensor(completion.logprobs), expected, atol=1e-4, rtol=0)

@@ -3,21 +3,27 @@ verified probe, async determinism, and a dead server that becomes a clear error,
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socketserver
+import threading
 import time
 from pathlib import Path
 
+import httpx
 import lightning as L
 import pytest
 import torch
 from conftest import SERVER_KEY_ENV, free_port, make_config
+from safetensors.torch import load_file
 
 from grpo_lightning.build import build_run
 from grpo_lightning.config import AlgorithmConfig, ConfigError, RolloutConfig, validate_config
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
 from grpo_lightning.rollout import GenerationRequest, Sampling, WeightSync, WeightSyncError, group_seeds
-from grpo_lightning.rollout.vllm_server import VLLMServerError
+from grpo_lightning.rollout.transports.folder import save_weights_folder
+from grpo_lightning.rollout.vllm_server import ServerClient, VLLMServerError
 from grpo_lightning.step.module import GRPOModule
 from grpo_lightning.step.weight_push import policy_weights, probe_scores
 
@@ -118,7 +124,12 @@ def completions_of(cfg) -> list[list[tuple[int, ...]]]:
     class Record(L.Callback):
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
             rollout = module.last_step.rollout
-            seen.append([tuple(r[m.bool()].tolist()) for r, m in zip(rollout.completion_ids, rollout.completion_mask)])
+            seen.append(
+                [
+                    tuple(r[m.bool()].tolist())
+                    for r, m in zip(rollout.completion_ids, rollout.completion_mask, strict=True)
+                ]
+            )
             assert (
                 rollout.weight_version
                 == trainer.global_step - 1 - (cfg.rollout.max_staleness if cfg.rollout.mode == "async" else 0)
@@ -203,11 +214,6 @@ def test_a_connection_the_server_dropped_unanswered_is_retried_once():
     pooled connection failed with 'Server disconnected without sending a response' when a
     training step took about that long. A stub server drops the first request unanswered: the
     client sends it once more and gets the answer; a server that keeps dropping is an error."""
-    import json
-    import socketserver
-    import threading
-
-    from grpo_lightning.rollout.vllm_server import ServerClient
 
     class Stub(socketserver.BaseRequestHandler):
         dropped = 0
@@ -241,10 +247,6 @@ def test_a_connection_the_server_dropped_unanswered_is_retried_once():
 def test_tied_weights_are_written_for_a_reload(tmp_path):
     """Regression: SmolLM2 ties lm_head to embed_tokens and safetensors refused the shared
     tensors, so the first sync into a server failed."""
-    from safetensors.torch import load_file
-
-    from grpo_lightning.rollout.transports.folder import save_weights_folder
-
     embed = torch.randn(5, 3)
     folder = save_weights_folder([("model.embed_tokens.weight", embed), ("lm_head.weight", embed)], str(tmp_path))
     loaded = load_file(f"{folder}/model.safetensors")
@@ -256,8 +258,6 @@ def test_every_route_of_the_launched_server_needs_the_run_token(vllm_server):
     the app lists (its OpenAPI schema) and the ones it does not (metrics, docs, our identity
     route, an unknown path) answer 401 without the token or with a wrong one, whatever the
     method; with the token they work. The token is never on the command line or in the log."""
-    import httpx
-
     token, url = vllm_server.server.token, vllm_server.client.url
     ours = {"Authorization": f"Bearer {token}"}
     spec = httpx.get(f"{url}/openapi.json", headers=ours, timeout=30).json()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import gradients
+from conftest import fit, gradients
 
 from grpo_lightning.algorithm import LOSS_AGG_MODES
-from grpo_lightning.config import AlgorithmConfig
+from grpo_lightning.config import AlgorithmConfig, ModelConfig
+from grpo_lightning.models import load_policy
 from grpo_lightning.step.module import GRPOModule
 
 
@@ -47,9 +48,6 @@ def test_reference_stays_in_eval_mode_when_the_module_trains(policy):
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(tokenizer, rollout):
-    from grpo_lightning.config import ModelConfig
-    from grpo_lightning.models import load_policy
-
     plain, _ = load_policy(ModelConfig(name_or_path="tiny"))
     checkpointed, _ = load_policy(ModelConfig(name_or_path="tiny", gradient_checkpointing=True))
     assert checkpointed.is_gradient_checkpointing and not plain.is_gradient_checkpointing
@@ -64,11 +62,6 @@ def test_the_policy_trains_in_train_mode_with_checkpointing_active(config_factor
     """Regression: ``from_pretrained`` hands back the policy in eval mode and Lightning does not
     switch it to train mode, so gradient checkpointing (and dropout) silently did nothing:
     SmolLM2's step used ~3x the activation memory it was configured for."""
-    from conftest import fit
-
-    from grpo_lightning.config import ModelConfig
-    from grpo_lightning.models import load_policy
-
     saved, tok = load_policy(ModelConfig(name_or_path="tiny"))
     saved.save_pretrained(tmp_path), tok.save_pretrained(tmp_path)
     modes, recomputed = [], []

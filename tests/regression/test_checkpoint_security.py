@@ -11,7 +11,6 @@ import pickle
 import random
 import subprocess
 import sys
-import warnings
 from collections import deque
 from concurrent.futures import Future
 
@@ -20,8 +19,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import fit as fit_plain
+from conftest import make_config
 
-from grpo_lightning.build import build_run, fit
 from grpo_lightning.callbacks import HealthMonitor
 from grpo_lightning.config import RolloutConfig
 from grpo_lightning.errors import CheckpointError
@@ -32,6 +31,7 @@ from grpo_lightning.rollout import AsyncRolloutGenerator, HFEngine, Sampling
 from grpo_lightning.rollout.async_generator import PendingGeneration
 from grpo_lightning.rollout.engine import Completion, GenerationRequest
 from grpo_lightning.runtime.checkpoints import checkpoints_in, rng_state, set_rng_state
+from tests.helpers.runs import train
 
 
 class Payload:
@@ -83,7 +83,7 @@ def same(a, b) -> bool:
     if isinstance(a, deque) and a.maxlen != b.maxlen:
         return False
     if isinstance(a, (list, tuple, deque)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict):
         return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     if isinstance(a, Alert):
@@ -200,15 +200,13 @@ def test_async_generations_in_flight_are_plain_and_come_back_exactly(tokenizer, 
 
 
 def test_health_monitor_memory_is_plain_and_comes_back_exactly():
-    from conftest import make_config
-
     run = fit_plain(make_config(3, **{"rollout.prompts_per_step": 4}))
     state = reload(run.health.state_dict())
     assert_plain(state)
     loaded = HealthMonitor(run.health.config)
     loaded.load_state_dict(state)
     assert same(loaded.alerts, run.health.alerts) and loaded.active == run.health.active
-    for before, after in zip(run.health.checks, loaded.checks):
+    for before, after in zip(run.health.checks, loaded.checks, strict=True):
         saved = {k: v for k, v in vars(before).items() if k not in HealthMonitor._NOT_SAVED}
         assert same({k: vars(after)[k] for k in saved}, saved), before.name
 
@@ -231,20 +229,9 @@ def config(make_config, tmp_path, name, steps, **overrides):
     )
 
 
-def train(cfg):
-    run = build_run(cfg)
-    trainer = run.trainer(cfg, enable_progress_bar=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit(run, trainer, cfg)
-    return run, trainer
-
-
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A real checkpoint, written after step 1 of a tiny run."""
-    from conftest import make_config
-
     folder = tmp_path_factory.mktemp("made")
     train(config(make_config, folder, "made", 1))
     [path] = checkpoints_in(folder / "made")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from conftest import fit, make_config
 
+import grpo_lightning.tasks.arithmetic as arithmetic
 from grpo_lightning.step.module import GRPOModule
 
 
@@ -46,8 +47,6 @@ def test_healthy_twin_has_no_update_alert():
 
 def test_zero_gradient_is_not_an_f4_alarm(monkeypatch):
     """With every reward equal there is no gradient: no update is then correct, not an alarm."""
-    import grpo_lightning.tasks.arithmetic as arithmetic
-
     monkeypatch.setattr(arithmetic, "_leading_int", lambda text: None)  # arithmetic_close always 0
     run = fit(make_config(5, **{"task.rewards": {"arithmetic_close": 1.0}}))
     assert run.health.alerts_for("no_update") == []

@@ -5,9 +5,13 @@ held-out accuracy that falls below its pre-training value by two standard errors
 
 from __future__ import annotations
 
+import random
+import warnings
+
 import pytest
 from conftest import fit, make_config
 
+from grpo_lightning import build
 from grpo_lightning.health import RewardHackingCheck
 from grpo_lightning.health.reward_hacking import RewardHackingCheckConfig
 from grpo_lightning.rewards import register_reward
@@ -22,7 +26,7 @@ def starts_with_seven(prompts, completions, **_):
 @register_reward("test_impossible")
 def impossible(prompts, completions, answer, **_):
     """A correctness reward the tiny model cannot earn: '<' and '>' are not in its alphabet."""
-    return [float(c.strip() == f"<{a}>") for c, a in zip(completions, answer)]
+    return [float(c.strip() == f"<{a}>") for c, a in zip(completions, answer, strict=True)]
 
 
 def hacking_run(steps: int, **overrides):
@@ -118,8 +122,6 @@ def test_held_out_fall_alerts_through_the_monitor():
     def not_seven(prompts, completions, **_):
         return [float(not c.startswith("7")) for c in completions]
 
-    from grpo_lightning import build
-
     cfg = make_config(
         18,
         **{
@@ -145,7 +147,6 @@ def test_held_out_fall_alerts_through_the_monitor():
     primed = fit(warm)
     run.module.policy.load_state_dict(primed.module.policy.state_dict())
     trainer = run.trainer(cfg, enable_progress_bar=False)
-    import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -181,8 +182,6 @@ def test_held_out_accuracy_past_its_peak_names_the_step_to_keep():
 def test_held_out_alerts_match_the_two_standard_error_rule_on_random_curves():
     """Property test over random curves: an alert fires exactly when a validation is more than two
     standard errors below the best one before it, and not again until a validation recovers."""
-    import random
-
     rng = random.Random(0)
     fired_total = 0
     for _ in range(300):

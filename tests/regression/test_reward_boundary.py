@@ -163,7 +163,7 @@ def test_an_isolated_reward_scores_takes_its_columns_and_names_what_it_raised():
 
 
 def test_a_reward_a_worker_cannot_import_is_refused_when_built():
-    with pytest.raises(RewardError, match="'inline' cannot run under task.reward_timeout_s"):
+    with pytest.raises(RewardError, match="'inline' cannot run under task.reward_process=true"):
         IsolatedReward("inline", lambda p, c, **_: [1.0], timeout_s=1)
 
 

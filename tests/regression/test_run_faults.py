@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import time
-import warnings
 from types import SimpleNamespace
 
 import lightning as L
@@ -19,13 +18,14 @@ import torch
 
 import grpo_lightning.algorithm.objective as objective_lib
 import grpo_lightning.runtime.checkpoints as checkpointing
-from grpo_lightning.build import build_run, fit
+from grpo_lightning.build import build_run
 from grpo_lightning.errors import CheckpointError, UserError
 from grpo_lightning.runtime import checksums
 from grpo_lightning.runtime.resume_check import CONFIG_KEY
 from grpo_lightning.runtime.run_lock import RunFolderBusy, RunLock, lock_run_folder
 from grpo_lightning.runtime.stop_signals import StopSignals
 from grpo_lightning.step.guards import NonFiniteTrainingError
+from tests.helpers.runs import train
 
 
 def config(make_config, folder, steps=4, **overrides):
@@ -42,16 +42,6 @@ def config(make_config, folder, steps=4, **overrides):
             **overrides,
         },
     )
-
-
-def train(cfg, *callbacks):
-    run = build_run(cfg)
-    run.callbacks.extend(callbacks)
-    trainer = run.trainer(cfg, enable_progress_bar=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit(run, trainer, cfg)
-    return run, trainer
 
 
 def flip_a_bit(path, at=-100):

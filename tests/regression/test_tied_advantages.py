@@ -23,7 +23,7 @@ from grpo_lightning.algorithm import (
     rewards_equal,
     tied_groups,
 )
-from grpo_lightning.rewards import register_reward
+from grpo_lightning.rewards import RewardScorer, WeightedReward, register_reward
 
 CASES = 400  # random cases per property and scale
 REPORTED = [0.1, 0.7, 1 / 3, 1000.1, 1e6 + 0.5, -0.7, -1000.1, 2.0 / 3.0, 0.0, 1e-3, 123456.789]
@@ -99,8 +99,6 @@ def test_weighted_sums_that_differ_only_by_rounding_are_tied(scale):
 def test_the_scorer_gives_equal_scores_bit_equal_totals_even_when_weights_cancel():
     """RewardScorer adds the weighted components in one order for every sample, so samples
     that every reward function scores alike are tied exactly, cancellation or not."""
-    from grpo_lightning.rewards import RewardScorer, WeightedReward
-
     rng = random.Random("scorer")
     for _ in range(CASES):
         group_size, num_functions = rng.randint(2, 16), rng.randint(2, 5)
@@ -156,7 +154,9 @@ def test_mixed_batches_zero_only_the_tied_groups(scale):
                 tied.append(False)
         rewards = torch.tensor(groups).view(-1)
         expected_tied = tied_groups(rewards, group_size)
-        assert expected_tied.tolist() == [t or bool(rewards_equal(min(g), max(g))) for t, g in zip(tied, groups)]
+        assert expected_tied.tolist() == [
+            t or bool(rewards_equal(min(g), max(g))) for t, g in zip(tied, groups, strict=True)
+        ]
         adv = group_advantages(rewards, group_size, scale).view(num_groups, group_size)
         assert (adv[expected_tied] == 0).all()
         assert_healthy(adv.view(-1), rewards, group_size)

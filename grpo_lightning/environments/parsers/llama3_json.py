@@ -5,7 +5,7 @@ a plain answer; one that does but is no valid call is a parse error."""
 from __future__ import annotations
 
 from grpo_lightning.environments.base import TOOL_PARSERS
-from grpo_lightning.environments.parsers.common import Call, call_from_json
+from grpo_lightning.environments.parsers.common import Call, call_from_json, outside_strings
 
 PYTHON_TAG = "<|python_tag|>"
 
@@ -28,18 +28,9 @@ def parse_llama3_json(text: str) -> tuple[list[Call], list[str]]:
 
 def _split_calls(body: str) -> list[str]:
     """``{...}; {...}`` split at top-level semicolons (outside strings and braces)."""
-    parts, depth, in_string, escaped, start = [], 0, False, False, 0
-    for i, char in enumerate(body):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "{[":
+    parts, depth, start = [], 0, 0
+    for i, char in outside_strings(body):
+        if char in "{[":
             depth += 1
         elif char in "}]":
             depth -= 1

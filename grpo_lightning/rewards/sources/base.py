@@ -24,7 +24,12 @@ from grpo_lightning.rewards.registry import REWARD_FUNCTIONS
 
 
 class SourceReward:
-    """The registered reward function of a source: TRL's keyword signature, built on first call."""
+    """The registered reward function of a source: TRL's keyword signature, built on first call.
+
+    A source bounds its own time with its options (the judge's timeout_s and retries, the sandbox's
+    wall_s): ``task.reward_timeout_s`` leaves it alone (``bounds_itself``)."""
+
+    bounds_itself = True
 
     def __init__(self, name: str, factory: Callable[[Any], Callable[..., list]], options_cls: type):
         self.name = name
@@ -49,7 +54,7 @@ class SourceReward:
     def __call__(self, prompts: list | None = None, completions: list | None = None, **columns: Any) -> list:
         return self.built()(prompts=prompts, completions=completions, **columns)
 
-    def __getstate__(self) -> dict:  # a worker process (task.reward_timeout_s) builds its own copy
+    def __getstate__(self) -> dict:  # a worker process (task.reward_process) builds its own copy
         return {**self.__dict__, "_built": None, "_lock": None}
 
     def __setstate__(self, state: dict) -> None:
@@ -65,6 +70,15 @@ def register_source(name: str, *, options: type) -> Callable[[type], type]:
         return cls
 
     return decorator
+
+
+def build_sources(functions: Any) -> None:
+    """Build now each reward source among ``functions`` (as a scorer holds them, under a time limit
+    or not), so a bad URL, key or folder stops the run when it starts, not at its first batch."""
+    for fn in functions:
+        fn = getattr(fn, "fn", fn)  # a LimitedReward's function
+        if isinstance(fn, SourceReward):
+            fn.built()
 
 
 def bind_sources(config: Any) -> None:

@@ -13,6 +13,7 @@ from grpo_lightning.algorithm import (
     clipped_surrogate,
     group_advantages,
     kl_estimate,
+    lm_head_log_probs,
     loss_normalizer,
     selective_log_probs,
 )
@@ -182,8 +183,6 @@ def test_non_finite_logits_are_flagged_and_never_reach_the_gradient():
 
 @pytest.mark.parametrize("chunk_size", [3, 1024])
 def test_lm_head_log_probs_match_full_logits_in_value_and_gradient(chunk_size):
-    from grpo_lightning.algorithm import lm_head_log_probs
-
     gen = torch.Generator().manual_seed(0)
     head = torch.nn.Linear(8, 30, bias=False)
     hidden = torch.randn(2, 5, 8, generator=gen, requires_grad=True)

@@ -20,7 +20,7 @@ from grpo_lightning.tasks.arithmetic import arithmetic_records
 @register_reward("test_odd_first_only")
 def odd_first_only(prompts, completions, **_):
     """Signal (the completion's length) only for prompts whose first operand starts with an odd digit."""
-    return [len(c) / 10 if int(p[0]) % 2 else 0.0 for p, c in zip(prompts, completions)]
+    return [len(c) / 10 if int(p[0]) % 2 else 0.0 for p, c in zip(prompts, completions, strict=True)]
 
 
 @register_reward("test_zero")
@@ -122,4 +122,4 @@ def test_mask_truncated_with_every_completion_cut_skips_the_step_without_a_nonfi
         module._guarded_step(stats, result)
     assert result.skipped == ["nothing_in_loss"] * 5
     assert module.counters.skipped_steps == 0 and module.counters.consecutive_skips == 0
-    assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters(), strict=True))

@@ -9,8 +9,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpo_lightning.algorithm import lm_head_log_probs
-from grpo_lightning.algorithm.fused_head import FusedHeadLogProbs, fused_head_log_probs
+from grpo_lightning.algorithm import fused_head, lm_head_log_probs
+from grpo_lightning.algorithm.fused_head import (
+    ENTROPY_BLOCK_BYTES,
+    FusedHeadLogProbs,
+    entropy_block_rows,
+    fused_head_log_probs,
+    tf32_is_lossless,
+    tf32_weight_gradient,
+)
 
 
 def plain(hidden, head, targets, temperature):
@@ -55,7 +62,7 @@ def test_values_and_gradients_match_plain_autograd(case):
     assert finite.tolist() == want_ok.tolist() and not finite[poisoned].any()
     torch.testing.assert_close(logp.double(), want_logp, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(entropy[finite].double(), want_entropy[want_ok], rtol=1e-6, atol=1e-6)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert torch.isfinite(g).all()  # a poisoned row reaches no gradient
         torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
 
@@ -120,15 +127,11 @@ def test_autocast_recomputes_the_forwards_logits():
     ],
 )
 def test_tf32_only_where_the_result_keeps_less_precision_than_tf32(weight, device, autocast, expected):
-    from grpo_lightning.algorithm.fused_head import tf32_is_lossless
-
     assert tf32_is_lossless(weight, device, autocast) is expected
 
 
 @pytest.mark.parametrize("user_setting", ["ieee", "tf32"])
 def test_tf32_block_sets_tf32_inside_and_restores_the_users_setting(user_setting):
-    from grpo_lightning.algorithm.fused_head import tf32_weight_gradient
-
     matmul = torch.backends.cuda.matmul
     before = matmul.fp32_precision
     try:
@@ -149,8 +152,6 @@ def test_tf32_block_sets_tf32_inside_and_restores_the_users_setting(user_setting
 def test_entropy_by_blocks_of_rows_is_bit_identical_to_the_whole_chunk(case, monkeypatch):
     """The entropy's temporaries are made a block of rows at a time: each row's arithmetic is the
     same, so the values must be equal bit for bit to the one-block computation, at any block size."""
-    from grpo_lightning.algorithm import fused_head
-
     g = torch.Generator().manual_seed(case)
     rows, vocab = int(torch.randint(1, 200, (), generator=g)), int(torch.randint(2, 3000, (), generator=g))
     dtype = torch.float64 if case % 4 == 0 else torch.float32
@@ -168,8 +169,6 @@ def test_entropy_by_blocks_of_rows_is_bit_identical_to_the_whole_chunk(case, mon
 def test_entropy_blocks_are_a_few_rows_on_a_cpu_and_the_whole_chunk_on_a_gpu():
     """On a GPU, 13-row blocks of a 152k vocabulary made thousands of tiny kernels per pass (an
     H200 profile: the policy forward 80-90 ms slower); on a CPU the blocks keep the memory down."""
-    from grpo_lightning.algorithm.fused_head import ENTROPY_BLOCK_BYTES, entropy_block_rows
-
     for rows, vocab in [(165, 151936), (1, 49152), (2000, 64), (300, 3000)]:
         assert entropy_block_rows(rows, vocab, 4, "cuda") == rows
         cpu = entropy_block_rows(rows, vocab, 4, "cpu")

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import copy
 import random
+from dataclasses import fields, replace
+from itertools import pairwise
 
 import pytest
 import torch
 from conftest import gradients
 
+import grpo_lightning.algorithm.objective as objective
+from grpo_lightning.algorithm import packing
 from grpo_lightning.algorithm.packing import first_fit_decreasing, pack_micro_batch
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.models.forward import CompletionLogProbs
+from grpo_lightning.step.micro_batches import micro_batches
 from grpo_lightning.step.module import GRPOModule
 
 CASES = 60
@@ -39,12 +44,12 @@ def test_first_fit_decreasing_places_every_sequence_within_capacity_without_over
         capacity = max(lengths)
         placement = first_fit_decreasing(lengths, capacity)
         spans: dict[int, list[tuple[int, int]]] = {}
-        for (row, offset), length in zip(placement, lengths):
+        for (row, offset), length in zip(placement, lengths, strict=True):
             assert offset + length <= capacity
             spans.setdefault(row, []).append((offset, offset + length))
         for row_spans in spans.values():
             row_spans.sort()
-            assert all(a[1] <= b[0] for a, b in zip(row_spans, row_spans[1:]))
+            assert all(a[1] <= b[0] for a, b in pairwise(row_spans))
         assert sorted(spans) == list(range(len(spans)))  # rows are numbered densely
         # first-fit decreasing never needs more rows than the sequences' total over capacity, x2 (+1)
         assert len(spans) <= 2 * sum(lengths) / capacity + 1
@@ -139,13 +144,9 @@ def test_probe_passes_for_transformers_llama_and_training_runs_packed(policy, ro
 
 def test_each_micro_batch_is_packed_once_for_all_its_passes(policy, rollout, monkeypatch):
     """The checkpointing choice, the reference pass and the policy pass share one packing."""
-    from grpo_lightning.algorithm import packing
-
     calls = []
     real = packing.pack_micro_batch
     monkeypatch.setattr(packing, "pack_micro_batch", lambda *a: calls.append(a) or real(*a))
-    import grpo_lightning.algorithm.objective as objective
-
     monkeypatch.setattr(objective, "pack_micro_batch", packing.pack_micro_batch)
     module = GRPOModule(copy.deepcopy(policy), AlgorithmConfig(beta=0.04, micro_batch_size=6), auto_checkpointing=True)
     module.forward_pass.packing_verified = True  # the probe packs its own rows
@@ -158,8 +159,6 @@ def test_each_micro_batch_is_packed_once_for_all_its_passes(policy, rollout, mon
 
 def _repeated(rollout, times: int):
     """The rollout's rows ``times`` over (every per-row tensor repeated along the batch)."""
-    from dataclasses import fields, replace
-
     rows = rollout.num_sequences
     repeated = {
         f.name: value.repeat(times, *([1] * (value.dim() - 1)))
@@ -172,8 +171,6 @@ def _repeated(rollout, times: int):
 
 def test_auto_micro_batches_hold_every_short_sequence_of_the_rollout_at_once(policy, rollout):
     """auto decides from the rollout's used width: 96 short rows are one pass, not three of 32."""
-    from grpo_lightning.step.micro_batches import micro_batches
-
     big = _repeated(rollout, 6)
     (whole,) = micro_batches(big, big.num_sequences)
     assert big.used_width == whole.input_ids.shape[1]  # the trimmed width of a micro-batch of every row

@@ -8,7 +8,11 @@ import sys
 
 import pytest
 
-from grpo_lightning.config import ConfigError
+from grpo_lightning.algorithm import ADVANTAGE_SCALES, IS_LEVELS, KL_ESTIMATORS
+from grpo_lightning.algorithm.corrections import CORRECTION_MODES
+from grpo_lightning.algorithm.lr_schedule import LR_SCHEDULES
+from grpo_lightning.algorithm.truncation import TRUNCATED_SAMPLING
+from grpo_lightning.config import TASKS, AlgorithmConfig, ConfigError, field_help
 from grpo_lightning.config.early import early_check
 
 HEAVY = ("torch", "transformers", "lightning", "vllm")
@@ -59,6 +63,7 @@ def test_the_early_check_imports_no_heavy_library():
         (["task.rewards={formt: 1.0}"], "task.rewards.formt='formt' is not a registered reward function"),
         (["task.rewards.arithmetic_exactt=1"], "did you mean 'arithmetic_exact'?"),
         (["task.correctness_reward=gsm_exat"], "did you mean 'gsm_exact'?"),
+        (["rewards.bogus=1"], "rewards.bogus is not a config field"),
     ],
 )
 def test_errors_found_early(argv, message):
@@ -86,6 +91,9 @@ def test_errors_found_early(argv, message):
         ["hydra.searchpath=[file:///my/conf]", "task=my_task"],  # a task option of the user's folder
         ["+preset=smollm2_reasoning_gym", "task.dataset=chain_sum"],
         ["task=gsm", "rollout=vllm", "algorithm=dapo", "logger=csv"],
+        ["task=code", "rewards.code_tests.cpu_s=3", "rewards.code_tests.cpux=3"],  # a source's node (issue 46)
+        ["rewards.judge.url=http://127.0.0.1:8000/v1", "rewards.judge.model=judge"],
+        ["rewards.reward_model.path=/models/rm", "rewards.reward_model.dtype=bfloat16"],
     ],
 )
 def test_left_for_the_full_path(argv):
@@ -100,8 +108,6 @@ def test_a_registered_name_lists_every_problem_with_it():
 
 
 def test_a_task_registered_in_this_process_is_left_for_the_full_path():
-    from grpo_lightning.config import TASKS  # noqa: PLC0415  (registers the built-in tasks: torch)
-
     TASKS.entries.setdefault("doubling_early", lambda *a: None)
     try:
         early_check(["task=doubling_early"])
@@ -111,12 +117,6 @@ def test_a_task_registered_in_this_process_is_left_for_the_full_path():
 
 def test_help_texts_written_without_the_registries_still_name_every_builtin():
     """config/algorithm.py no longer imports the registries for its help texts: they must not drift."""
-    from grpo_lightning.algorithm import ADVANTAGE_SCALES, IS_LEVELS, KL_ESTIMATORS  # noqa: PLC0415
-    from grpo_lightning.algorithm.corrections import CORRECTION_MODES  # noqa: PLC0415
-    from grpo_lightning.algorithm.lr_schedule import LR_SCHEDULES  # noqa: PLC0415
-    from grpo_lightning.algorithm.truncation import TRUNCATED_SAMPLING  # noqa: PLC0415
-    from grpo_lightning.config import AlgorithmConfig, field_help  # noqa: PLC0415
-
     helps = field_help(AlgorithmConfig)
     for field, names in (
         ("kl_estimator", KL_ESTIMATORS.names),

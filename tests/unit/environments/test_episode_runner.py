@@ -6,10 +6,13 @@ import asyncio
 import random
 import time
 
+import pytest
+
 from grpo_lightning.environments.base import Reset, Step
 from grpo_lightning.environments.episode import EpisodeRunner, turn_seed
 from grpo_lightning.environments.limits import DONE, ENV_ERROR, EPISODE_TIMEOUT, STEP_TIMEOUT, EpisodeLimits
 from grpo_lightning.environments.render import ChatRenderer
+from grpo_lightning.errors import PluginError
 from grpo_lightning.rollout.engine import Sampling
 from tests.helpers.episodes import FakeEngine, ScriptedEnv, chatml_tokenizer
 
@@ -139,3 +142,23 @@ def test_episodes_run_concurrently_so_environments_do_not_serialize():
     start = time.perf_counter()
     play(engine, EpisodeLimits(max_turns=3, max_turn_tokens=2, context=200), lambda r: AsyncSlowEnv(0.1, True), rows=8)
     assert time.perf_counter() - start < 0.6  # 8 episodes x 2 steps x 0.1 s would take 1.6 s one after another
+
+
+class ExitsOrMisconfigured(ScriptedEnv):
+    def step(self, turn):
+        raise SystemExit(0)  # sys.exit() in an environment: its episode fails, the run goes on
+
+
+def test_sys_exit_in_an_environment_fails_its_episode_and_a_user_error_in_make_env_ends_the_run():
+    engine = FakeEngine(len(TOKENIZER), TOKENIZER.eos_token_id)
+    episodes = play(
+        engine, EpisodeLimits(max_turns=2, max_turn_tokens=4, context=200), lambda r: ExitsOrMisconfigured()
+    )
+    assert {e.stop_reason for e in episodes} == {ENV_ERROR} and {e.error_type for e in episodes} == {"SystemExit"}
+    assert "step() raised SystemExit: 0 (" in episodes[0].error and "test_episode_runner.py:" in episodes[0].error
+
+    def misconfigured(row):
+        raise PluginError("tool 'f': no JSON schema can be built")
+
+    with pytest.raises(PluginError, match="no JSON schema"):
+        play(engine, EpisodeLimits(max_turns=2, max_turn_tokens=4, context=200), misconfigured)

@@ -43,12 +43,21 @@ def shout(text: str) -> str:
     return text * 100
 
 
+def leave(code: int) -> int:
+    """Exit the process.
+
+    Args:
+        code: the exit code
+    """
+    raise SystemExit(code)
+
+
 def run_turn(env, calls=(), errors=(), text="calling"):
     return asyncio.run(env.step(Turn(text=text, token_ids=[1], tool_calls=list(calls), parse_errors=list(errors))))
 
 
 def make_env(**kwargs):
-    env = ToolEnvironment([lookup, add, shout], **kwargs)
+    env = ToolEnvironment([lookup, add, shout, leave], **kwargs)
     env.reset(0, {"prompt": "find a"})
     return env
 
@@ -90,6 +99,7 @@ def test_a_good_call_returns_its_output_as_a_tool_message():
         ({"name": "add", "arguments": {}}, "bad_arguments", "'x' is a required property"),
         ({"name": "add", "arguments": {"x": 1, "z": 2}}, "bad_arguments", "'z' was unexpected"),
         ({"name": "lookup", "arguments": {"key": "zzz"}}, "exception", "KeyError"),
+        ({"name": "leave", "arguments": {"code": 3}}, "exception", "SystemExit: 3"),  # sys.exit() in a tool
     ],
 )
 def test_every_tool_error_is_a_counted_message_never_an_exception(call, kind, says):

@@ -10,6 +10,8 @@ import pytest
 
 from grpo_lightning.environments.base import TOOL_PARSERS
 from grpo_lightning.environments.parsers import choose_tool_parser
+from grpo_lightning.environments.parsers.common import MAX_DEPTH, nesting_depth
+from grpo_lightning.environments.tools import coerce
 from grpo_lightning.errors import ConfigError
 
 hermes, xml, llama = TOOL_PARSERS["hermes"], TOOL_PARSERS["qwen3_coder"], TOOL_PARSERS["llama3_json"]
@@ -119,6 +121,68 @@ def test_no_text_makes_a_parser_raise(name):
         assert all(isinstance(c["name"], str) and isinstance(c["arguments"], dict) for c in calls)
         assert all(isinstance(e, str) for e in errors)
         json.dumps(calls)
+
+
+def depth_of(value) -> int:
+    """The nesting depth of decoded JSON, iteratively (the very thing must not recurse)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth + 1)
+            stack += [(child, depth + 1) for child in (node.values() if isinstance(node, dict) else node)]
+    return deepest
+
+
+def nested(rng: random.Random, depth: int) -> str:
+    """JSON nested ``depth`` levels of random lists and objects, closed or cut short at random."""
+    opens = [rng.choice(["[", '{"k": ']) for _ in range(depth)]
+    inner = rng.choice(["1", '"s"', "[]", "{}", "", '"\\"'])
+    closes = ["]" if o == "[" else "}" for o in reversed(opens)]
+    if rng.random() < 0.3:
+        closes = closes[: rng.randint(0, len(closes))]
+    return "".join(opens) + inner + "".join(closes)
+
+
+@pytest.mark.parametrize("name", ["hermes", "qwen3_coder", "llama3_json"])
+def test_deeply_nested_or_malformed_json_never_makes_a_parser_raise(name):
+    """Property (issue 46): nested thousands of levels deep, hermes raised RecursionError. Every parser
+    answers with errors, and what it does return is shallow enough to walk, dump and validate."""
+    rng = random.Random(f"deep-{name}")
+    for case in range(200):
+        depth = rng.choice([1, 5, MAX_DEPTH - 2, MAX_DEPTH + 1, 500, 1200, 5000, rng.randint(1, 20_000)])
+        arguments = nested(rng, depth)
+        wrap = rng.choice(
+            [
+                lambda a: tc(f'{{"name": "f", "arguments": {a}}}'),
+                lambda a: tc(f'{{"name": "f", "arguments": {json.dumps(a)}}}'),  # arguments as a JSON string
+                lambda a: tc(a),
+                lambda a: f'{{"name": "f", "parameters": {a}}}',
+                lambda a: f'<|python_tag|>{{"name": "f", "parameters": {a}}}; {a}',
+                lambda a: xml_call("f", x=a),
+                lambda a: a,
+            ]
+        )
+        text = wrap(arguments)
+        calls, errors = TOOL_PARSERS[name](text)
+        assert all(isinstance(e, str) and len(e.splitlines()) >= 1 for e in errors), case
+        for call in calls:
+            assert isinstance(call["arguments"], dict) and depth_of(call["arguments"]) <= MAX_DEPTH + 1, case
+            json.dumps(call)
+            coerce(call["arguments"], {"properties": {"x": {"type": "object"}}})  # qwen3_coder's strings decoded
+    deep = tc('{"name": "f", "arguments": ' + "[" * 3000 + "]" * 3000 + "}")
+    assert hermes(deep)[0] == [] and "nested 3001 levels deep" in hermes(deep)[1][0]
+
+
+def test_nesting_depth_ignores_brackets_inside_strings():
+    assert nesting_depth('{"a": "[[[{{{", "b": [1, {"c": "\\"}]}') == 3
+    assert nesting_depth(r'"\\"[') == 1 and nesting_depth(r'"\"[') == 0 and nesting_depth("]]]") == 0
+
+
+def test_a_deeply_nested_string_argument_is_left_for_validation_not_decoded():
+    deep = "[" * 5000 + "]" * 5000
+    assert coerce({"x": deep}, {"properties": {"x": {"type": "array"}}}) == {"x": deep}
+    assert coerce({"x": "[1, 2]"}, {"properties": {"x": {"type": "array"}}}) == {"x": [1, 2]}
 
 
 def test_the_parser_is_chosen_from_the_template_then_the_name_and_says_why():

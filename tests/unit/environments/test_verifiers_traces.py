@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,7 @@ def test_property_random_graphs_keep_ids_masks_and_logprobs_aligned():
             assert prompt == ids[:start] and completion == ids[start:]
             assert engine_lps == pytest.approx(logprobs[start:])
             assert loss_mask == (mask[start:] if record["ok"] else [0] * len(completion))
-            assert turns[0] == 0 and all(b - a in (0, 1) for a, b in zip(turns, turns[1:], strict=False))
+            assert turns[0] == 0 and all(b - a in (0, 1) for a, b in pairwise(turns))
             span_starts = [k for k in range(start, len(ids)) if mask[k] and (k == start or not mask[k - 1])]
             assert turns[-1] == len(span_starts) - 1
             reward = 0.0 if not record["ok"] else 2 * record["rewards"]["a"]["score"]

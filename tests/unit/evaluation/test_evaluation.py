@@ -84,9 +84,9 @@ def test_fit_logs_validation_accuracy_before_during_and_after(tmp_path):
     fit(run, run.trainer(cfg, enable_progress_bar=False), cfg)
     (metrics,) = tmp_path.glob("csv/version_*/metrics.csv")
     rows = [r for r in csv.DictReader(open(metrics)) if r.get("val/accuracy")]
-    # before training, after steps 2 and 4 (Lightning logs those at the 0-based index of the
-    # step they follow, 1 and 3, beside that step's training metrics), and a final one after step 5
-    assert [int(r["step"]) for r in rows] == [0, 1, 3, 5]
+    # before training (step 0), after steps 2 and 4 (in the row of the step whose weights they
+    # evaluated, beside its training metrics), and a final one after step 5
+    assert [int(r["step"]) for r in rows] == [0, 2, 4, 5]
     for row in rows:
         assert 0.0 <= float(row["val/accuracy"]) <= 1.0
         assert 0.0 <= float(row["val/pass@2"]) <= 1.0

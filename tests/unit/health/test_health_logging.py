@@ -9,6 +9,7 @@ import pytest
 from conftest import fit, make_config
 
 from grpo_lightning.config import HEALTH_CHECKS
+from grpo_lightning.step.module import CALLBACK_METRICS
 
 
 def test_health_metrics_are_written_by_the_logger(tmp_path):
@@ -34,8 +35,6 @@ def test_ignored_check_does_not_run():
 def test_step_metrics_reach_the_logger_every_n_steps_and_the_monitored_ones_reach_callbacks(tmp_path):
     """The module writes its step metrics to the loggers itself (one row per logged step, every
     trainer.log_every_n_steps), and gives Lightning's callback metrics the monitored ones."""
-    from grpo_lightning.step.module import CALLBACK_METRICS
-
     cfg = make_config(4, **{"logger.kind": "csv", "trainer.output_dir": str(tmp_path), "trainer.log_every_n_steps": 2})
     run = fit(cfg)
     (file,) = tmp_path.rglob("metrics.csv")

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import fit
 
-from grpo_lightning.config import ModelConfig
+from grpo_lightning.config import ModelConfig, validate_config
 from grpo_lightning.models import auto_checkpointing, load_policy
 from grpo_lightning.models.auto_checkpointing import activation_bytes, choose_checkpointing
 
@@ -61,8 +61,6 @@ def test_explicit_modes_and_hydra_booleans():
 
 
 def test_an_unknown_mode_is_an_error_naming_the_field(config_factory):
-    from grpo_lightning.config import validate_config
-
     cfg = config_factory(1, **{"model.gradient_checkpointing": "sometimes"})
     with pytest.raises(
         ValueError,

@@ -10,6 +10,7 @@ import torch
 from conftest import PROMPTS, make_generator
 from torch._dynamo.utils import counters
 
+from grpo_lightning.build import build_run
 from grpo_lightning.config import AlgorithmConfig, TrainConfig, validate_config
 from grpo_lightning.models.compile import compile_training_models, eager_generation, is_compiled, layers_to_compile
 from grpo_lightning.step.module import GRPOModule
@@ -84,8 +85,6 @@ def test_a_model_without_decoder_layers_is_refused_with_the_fix():
 
 
 def test_build_run_compiles_policy_and_reference_only_when_asked(config_factory):
-    from grpo_lightning.build import build_run
-
     for wanted in (False, True):
         run = build_run(config_factory(1, **{"model.compile": wanted, "algorithm.beta": 0.04}))
         assert is_compiled(run.module.policy) is wanted

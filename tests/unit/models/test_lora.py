@@ -8,9 +8,12 @@ import copy
 import pytest
 import torch
 from conftest import fit, gradients, make_config
+from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
+import grpo_lightning.models.forward as forward
 from grpo_lightning.config import AlgorithmConfig, LoraModelConfig, ModelConfig
+from grpo_lightning.config.algorithm import AUTO_LOGPROB_CHUNK_MB
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.lora import AdapterDisabledReference, merged_state_dict, save_adapter, save_merged
 from grpo_lightning.step.module import GRPOModule
@@ -95,8 +98,6 @@ def test_merged_weights_are_the_policys_and_leave_it_untouched():
 
 
 def test_adapter_folder_and_merged_folder_load_without_our_code(tmp_path):
-    from peft import PeftModel
-
     policy, tokenizer = lora_policy()
     save_adapter(policy, tmp_path / "adapter")
     save_merged(policy, tmp_path / "merged", tokenizer)
@@ -124,8 +125,6 @@ def test_bf16_lora_run_trains_the_float32_adapters_and_f4_measures_them(tmp_path
     """bfloat16 base weights, float32 adapters, the reference without a copy; the F4 snapshot
     samples the adapters (what trains) and sees them move. The exported hf/final holds the
     merged weights (plain transformers) and the adapter folder (peft)."""
-    from peft import PeftModel
-
     cfg = make_config(
         3,
         **{
@@ -183,9 +182,6 @@ def test_lora_without_kl_has_no_reference():
 def test_auto_chunks_are_smaller_only_through_a_frozen_head(monkeypatch, lora):
     """logprob_chunk_mb=auto on a CPU: 32 MB of logits through a head that does not train (LoRA's,
     no head-gradient sum spans blocks), 96 MB through one that does, with or without gradients."""
-    import grpo_lightning.models.forward as forward
-    from grpo_lightning.config.algorithm import AUTO_LOGPROB_CHUNK_MB
-
     seen = []
     real = forward.lm_head_log_probs
     monkeypatch.setattr(forward, "lm_head_log_probs", lambda *a, **k: seen.append(a[4]) or real(*a, **k))

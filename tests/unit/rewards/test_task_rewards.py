@@ -9,6 +9,7 @@ import pytest
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rewards.answers import extract_answer, parse_number
 from grpo_lightning.rewards.generic import answer_format, length_penalty
+from grpo_lightning.tasks import reasoning_gym as rg
 from grpo_lightning.tasks.gsm import gsm_exact
 from grpo_lightning.tasks.reasoning_gym import reasoning_gym_correct, reasoning_gym_records
 
@@ -85,7 +86,7 @@ def test_reasoning_gym_reward_on_every_generated_problem(arithmetic_entries):
     right = [f"<answer>{r['answer']}</answer>" for r in arithmetic_entries]
     assert reasoning_gym_correct([""] * len(entries), right, entry=entries) == [1.0] * len(entries)
     shifted = right[1:] + right[:1]
-    wrong = [a != b for a, b in zip(right, shifted)]
+    wrong = [a != b for a, b in zip(right, shifted, strict=True)]
     scores = reasoning_gym_correct([""] * len(entries), shifted, entry=entries)
     assert [s == 0.0 for s in scores] == wrong
 
@@ -107,8 +108,6 @@ def test_task_rewards_combine_with_weights():
 
 def test_a_dataset_scorer_that_raises_on_a_malformed_answer_scores_it_zero_and_warns_once(monkeypatch):
     """Regression: prime_factorization's score_answer raises ValueError on "16," and stopped the run."""
-    from grpo_lightning.tasks import reasoning_gym as rg
-
     monkeypatch.setattr(rg, "_SCORER_FAILURES_WARNED", set())
     train, _ = reasoning_gym_records("prime_factorization", size=8, val_fraction=0.0, options={"max_value": 30})
     entries = [r["entry"] for r in train[:3]]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import warnings
 
+import peft
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
@@ -106,7 +107,7 @@ def test_the_engine_checks_the_fused_decoder_once_then_keeps_it(policy, tokenize
         assert fused.fused_checked is True
         want = loop.generate(batch, sampling)
         assert [c.token_ids for c in got] == [c.token_ids for c in want]
-        for a, b in zip(got, want):
+        for a, b in zip(got, want, strict=True):
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
 
 
@@ -180,8 +181,6 @@ def test_unsupported_models_and_autocast_keep_the_forward(policy, tokenizer):
 
 
 def test_a_lora_policy_keeps_the_forward(policy):
-    import peft
-
     lora = peft.get_peft_model(policy, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     reason = fused_decode_support(lora.get_base_model(), 16)
     assert reason is not None and "LoRA" in reason

@@ -33,7 +33,7 @@ def test_loop_and_generate_draw_the_same_tokens_and_log_probs(policy, tokenizer,
     assert loop.fused_checked is (True if decoder == "fused" else None)  # the fused decoder ran, checked
     assert [c.token_ids for c in got] == [c.token_ids for c in want]
     assert [c.finished for c in got] == [c.finished for c in want]
-    for a, b in zip(got, want):
+    for a, b in zip(got, want, strict=True):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
     assert any(len(c.token_ids) > 1 for c in got)
     if sampling.temperature > 0.5:  # random tokens reach EOS in some rows: early-ended rows are covered

@@ -5,13 +5,18 @@ from __future__ import annotations
 import itertools
 import random
 
+import lightning as L
 import pytest
 import torch
 from conftest import PROMPTS, make_generator
 
-from grpo_lightning.config import RolloutConfig
+from grpo_lightning.config import AlgorithmConfig, RolloutConfig
+from grpo_lightning.data import PromptDataModule
+from grpo_lightning.models import build_tiny_policy
 from grpo_lightning.rollout import GenerationRequest, HFEngine, Sampling, sample_seed
-from grpo_lightning.rollout.sampler import SeededSampler
+from grpo_lightning.rollout.sampler import CDF_BLOCK, SeededSampler, counter_uniforms, inverse_cdf
+from grpo_lightning.step.module import GRPOModule
+from grpo_lightning.tasks import arithmetic_records
 
 
 def test_seeds_are_distinct_across_rank_step_prompt_sample_and_deterministic():
@@ -80,13 +85,6 @@ def test_top_k_one_is_greedy_and_top_p_keeps_the_nucleus():
 def test_resume_from_a_checkpoint_continues_the_seed_steps(tokenizer, tmp_path):
     """Seeds derive from the generation-batch count, which the checkpoint restores: a resumed
     run never replays the seeds of steps it already took."""
-    import lightning as L
-
-    from grpo_lightning.config import AlgorithmConfig
-    from grpo_lightning.data import PromptDataModule
-    from grpo_lightning.models import build_tiny_policy
-    from grpo_lightning.step.module import GRPOModule
-    from grpo_lightning.tasks import arithmetic_records
 
     def fit(checkpoint_every=None, resume_from=None):
         policy = build_tiny_policy(tokenizer)
@@ -133,8 +131,6 @@ def test_sampled_tokens_follow_the_distribution():
 def test_counter_uniforms_of_many_counters_at_once_equal_one_call_per_counter():
     """The sampler computes a rollout's uniforms in one call ([B, T]); each must be the one a
     per-token call gives, or resumed and batched draws would change."""
-    from grpo_lightning.rollout.sampler import counter_uniforms
-
     rng = random.Random(0)
     for _ in range(20):
         seeds = torch.tensor([rng.randrange(-(2**63), 2**63) for _ in range(rng.randint(1, 9))], dtype=torch.int64)
@@ -157,8 +153,6 @@ def test_the_blockwise_inverse_cdf_picks_the_token_a_full_cumulative_sum_picks(c
     """The sampler sums the CDF a block of tokens at a time (a GPU scans a 152k vocabulary slowly);
     the token must be the one the searchsorted of the whole row's cumulative sum gives, at block
     edges, with masked tokens (zero mass) and for a uniform of 0."""
-    from grpo_lightning.rollout.sampler import CDF_BLOCK, inverse_cdf
-
     rng = random.Random(case)
     g = torch.Generator().manual_seed(case)
     rows = rng.randint(1, 8)

@@ -4,19 +4,22 @@ server is tested in test_vllm_server.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import socketserver
+import sys
 import threading
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from conftest import make_config
+from conftest import free_port, make_config, run_worker
 
 from grpo_lightning.config import ConfigError, VLLMConfig, VLLMServerConfig, is_loopback_host, validate_config
 from grpo_lightning.errors import ServerError
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
-from grpo_lightning.rollout import server_guard
+from grpo_lightning.rollout import server_auth, server_guard
 from grpo_lightning.rollout.server_auth import identity_proof
 from grpo_lightning.rollout.vllm_server import VLLMServerEngine
 from grpo_lightning.rollout.vllm_server_client import ServerClient
@@ -167,10 +170,6 @@ def test_a_server_given_by_url_gets_the_key_named_by_api_key_env(stub, monkeypat
 def test_the_middleware_fails_closed_and_passes_lifespan_events(monkeypatch):
     """Without a token configured every request is refused; a websocket without the token is
     closed before it is accepted; lifespan events (startup, shutdown) reach the app."""
-    import asyncio
-
-    from grpo_lightning.rollout import server_auth
-
     reached, sent = [], []
 
     async def app(scope, receive, send):
@@ -199,11 +198,6 @@ def test_the_middleware_fails_closed_and_passes_lifespan_events(monkeypatch):
 def test_rank_0_hands_the_port_and_token_to_the_other_ranks_or_its_failure(tmp_path, monkeypatch):
     """With port 0 and a per-run token only rank 0 knows where the server is and how to reach
     it: the others get both from it; when its launch fails they fail with its reason, not hang."""
-    import sys
-    from pathlib import Path
-
-    from conftest import free_port, run_worker
-
     monkeypatch.setenv("SHARE_PORT", str(free_port()))
     run_worker(
         [

@@ -38,9 +38,9 @@ def test_a_fused_step_matches_the_reference_implementation():
         params = [torch.nn.Parameter(w.clone()) for w in weights]
         optimizer = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, fused=fused)
         for step in grads:
-            for p, g in zip(params, step):
+            for p, g in zip(params, step, strict=True):
                 p.grad = g.clone()
             optimizer.step()
         results.append([p.detach() for p in params])
-    for fused, plain in zip(*results):
+    for fused, plain in zip(*results, strict=True):
         torch.testing.assert_close(fused, plain, rtol=1e-6, atol=1e-7)

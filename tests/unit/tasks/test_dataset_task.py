@@ -10,16 +10,21 @@ import os
 import subprocess
 import sys
 
+import datasets
 import pytest
+from hydra import compose, initialize_config_dir
 
-from grpo_lightning.build import build_datamodule
+from grpo_lightning.build import build_datamodule, build_run
 from grpo_lightning.config import ConfigError, RolloutConfig, TrainConfig, validate_config
 from grpo_lightning.data.files import DataError
 from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.models import build_char_tokenizer
 from grpo_lightning.rewards import RewardFunctionError, RewardScorer, WeightedReward
 from grpo_lightning.rewards.scorer import RewardState
+from grpo_lightning.rollout import HFEngine, RolloutGenerator, Sampling
 from grpo_lightning.tasks import DatasetTaskConfig
+from grpo_lightning.tasks.reasoning_gym import dataset_options
+from grpo_lightning.train import CONF_DIR, to_train_config
 
 
 def write_jsonl(path, rows):
@@ -41,8 +46,6 @@ ROWS = [{"prompt": f"{a}+{b}=", "answer": str(a + b), "level": a} for a, b in [(
 # ----------------------------------------------------------------------------- reading files
 @pytest.mark.parametrize("kind", ["jsonl", "json", "csv", "parquet", "save_to_disk"])
 def test_every_file_kind_gives_the_same_records(tmp_path, kind):
-    import datasets
-
     data = datasets.Dataset.from_list(ROWS)
     path = tmp_path / f"p.{kind}"
     {
@@ -177,7 +180,7 @@ def test_trl_style_reward_functions_work_unchanged():
 
     def exact(prompts, completions, answer, completion_ids, trainer_state):  # no **kwargs: gets only these
         seen["ids"], seen["step"] = completion_ids, trainer_state.global_step
-        return [float(c == a) for c, a in zip(completions, answer)]
+        return [float(c == a) for c, a in zip(completions, answer, strict=True)]
 
     started = asyncio.Event()
 
@@ -222,8 +225,6 @@ def test_reward_errors_name_the_function_sample_and_prompt():
 
 
 def test_chat_message_prompts_use_the_chat_template_and_rewards_get_messages(policy):
-    from grpo_lightning.rollout import HFEngine, RolloutGenerator, Sampling
-
     tok = build_char_tokenizer()
     tok.chat_template = (
         "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}={% endif %}"
@@ -252,10 +253,6 @@ def test_chat_message_prompts_use_the_chat_template_and_rewards_get_messages(pol
 # ----------------------------------------------------------------------------- reasoning-gym
 @pytest.mark.parametrize("dataset", ["chain_sum", "countdown", "basic_arithmetic"])
 def test_every_reasoning_gym_dataset_in_the_readme_builds_from_the_cli_config(dataset):
-    from hydra import compose, initialize_config_dir
-
-    from grpo_lightning.train import CONF_DIR, to_train_config
-
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         # As the README runs them: with SmolLM2 (the tiny model's alphabet cannot write these
         # prompts, and the prompt check says so before any model loads).
@@ -272,8 +269,6 @@ def test_every_reasoning_gym_dataset_in_the_readme_builds_from_the_cli_config(da
 
 
 def test_reasoning_gym_unknown_dataset_or_option_lists_the_valid_ones():
-    from grpo_lightning.tasks.reasoning_gym import dataset_options
-
     with pytest.raises(
         DataError, match=r"task.dataset='chain_sums' is not a reasoning-gym dataset; choose one of \[.*'chain_sum'"
     ):
@@ -290,8 +285,6 @@ def test_reasoning_gym_unknown_dataset_or_option_lists_the_valid_ones():
 @pytest.mark.slow
 def test_long_prompts_are_cut_to_their_last_tokens_when_asked(tmp_path):
     """task.truncate_prompts: the count is reported and the generator sees the last tokens."""
-    from grpo_lightning.build import build_run
-
     rows = [{"prompt": "1" * 125 + "2+3=", "answer": "5"}] + ROWS
     path = write_jsonl(tmp_path / "p.jsonl", rows)
     cfg = dataset_config(path, truncate_prompts=True)
@@ -308,8 +301,6 @@ def test_long_prompts_are_cut_to_their_last_tokens_when_asked(tmp_path):
 def test_every_task_is_checked_against_the_tokenizer(monkeypatch):
     """The built-in tasks go through the same check: a character outside the tiny model's
     alphabet stops the run before the model loads instead of becoming padding."""
-    from grpo_lightning.config import TrainConfig
-
     cfg = TrainConfig()
     cfg.model.tiny.alphabet = "0123456789=? "  # no '+': the sums cannot be written
     with pytest.raises(

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from grpo_lightning.config import ConfigError, TrainConfig, validate_config
 from grpo_lightning.data import PromptDataModule
@@ -10,6 +16,7 @@ from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.models import build_char_tokenizer
 from grpo_lightning.tasks import ReasoningGymTaskConfig, task_records
 from grpo_lightning.tasks.gsm import final_answer, gsm_records
+from grpo_lightning.train import CONF_DIR, to_train_config
 
 
 def test_gsm_task_has_the_hundred_questions_with_numeric_answers():
@@ -106,10 +113,6 @@ def test_each_task_group_composes_with_exactly_its_own_rewards(task, rewards, co
 
 
 def compose_train(*overrides: str) -> TrainConfig:
-    from hydra import compose, initialize_config_dir
-
-    from grpo_lightning.train import CONF_DIR, to_train_config
-
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return to_train_config(compose(config_name="train", overrides=["trainer.output_dir=out", *overrides]))
 
@@ -135,12 +138,6 @@ def test_reward_overrides_merge_into_the_tasks_own_rewards(overrides, rewards):
 
 @pytest.mark.slow
 def test_cli_config_of_a_task_shows_only_its_own_rewards(tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    from omegaconf import OmegaConf
-
     result = subprocess.run(
         [sys.executable, "-m", "grpo_lightning.train", "task=reasoning_gym", "--cfg", "job"],
         cwd=tmp_path,

@@ -5,8 +5,11 @@ leaving no process, file or temporary directory behind."""
 from __future__ import annotations
 
 import glob
+import json
 import os
+import shutil
 import socket
+import subprocess
 import tempfile
 import time
 
@@ -14,7 +17,17 @@ import pytest
 
 from grpo_lightning.errors import DataError
 from grpo_lightning.rewards.sources.code_sandbox import CodeTestsOptions, CodeTestsReward, parse_tests, program_of
-from grpo_lightning.rewards.sources.sandbox import UID_BASE, Limits, isolation_available, processes_of, run_python
+from grpo_lightning.rewards.sources.sandbox import (
+    LAUNCHER,
+    UID_BASE,
+    WORKDIR_PREFIX,
+    Limits,
+    interpreter,
+    isolation_available,
+    launch_request,
+    processes_of,
+    run_python,
+)
 
 FAST = {"cpu_s": 1, "wall_s": 2.0, "memory_mb": 256, "workers": 2}
 ADD_IO = {"inputs": ["1 2\n", "5 7\n"], "outputs": ["3\n", "12\n"]}
@@ -22,7 +35,8 @@ ADD_ASSERTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2,
 
 
 def sandbox_dirs() -> set[str]:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "grpo-sandbox-*")))
+    """This process's sandbox folders (another xdist worker's may come and go meanwhile)."""
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), f"{WORKDIR_PREFIX}{os.getpid()}-*")))
 
 
 def run_processes() -> list[int]:
@@ -64,6 +78,17 @@ CORRECT = "a, b = map(int, input().split())\nprint(a + b)"
 )
 def test_stdin_stdout_programs(clean, name, code, expected):
     assert score(code) == expected, name
+
+
+def test_a_program_runs_whatever_the_umask(clean):
+    """A run's umask is 077 (its output is private): the sandbox's own uid must still read the program."""
+    before = os.umask(0o077)
+    try:
+        assert run_python("print(6 * 7)").stdout.strip() == "42"
+        assert score("def add(a, b):\n    return a + b", ADD_ASSERTS) == 1.0  # the checker, /dev, the harness
+        assert run_python("print(6 * 7)", limits=Limits(isolate=False)).stdout.strip() == "42"
+    finally:
+        os.umask(before)
 
 
 def test_assert_tests_and_partial_credit(clean):
@@ -150,3 +175,22 @@ def test_test_formats_and_program_extraction():
 def test_a_missing_tests_column_names_the_columns():
     with pytest.raises(DataError, match=r"needs a 'tests' column .* \['answer'\]"):
         CodeTestsReward(CodeTestsOptions())(prompts=["p"], completions=["c"], answer=["1"])
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become nobody")
+def test_the_isolated_sandbox_builds_without_root(tmp_path):
+    """What a user without root gets: a user namespace, the same private root, the same checker."""
+    tmp_path.chmod(0o777)
+    program = "import os\nprint(os.getuid(), sorted(os.listdir('/')))\nopen('/tmp/x', 'w').write('x')\n"
+    request = launch_request(program, [""], "stdio", Limits(), -1) | {"python": interpreter("python3")}
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", request["python"], "-I", LAUNCHER]
+    done = subprocess.run(nobody, input=json.dumps(request), capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    if "can't open file" in done.stderr or "Permission denied" in done.stderr and "unshare" not in done.stderr:
+        pytest.skip(f"nobody cannot read the package here: {done.stderr[-200:]}")
+    if done.returncode == 125:
+        pytest.skip(f"no unprivileged user namespaces here: {done.stderr.strip()}")
+    record = json.loads(done.stdout)
+    assert record["status"] == "ok", record
+    uid, listing = record["stdout"].split(" ", 1)
+    assert uid == "65534" and "sandbox" in listing and "root" not in listing and "work" not in listing
+    assert not os.path.exists("/tmp/x") or os.stat("/tmp/x").st_uid != 65534

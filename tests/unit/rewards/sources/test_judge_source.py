@@ -20,12 +20,16 @@ def judge(url, **options):
     return JudgeReward(JudgeOptions(url=url, model="m", backoff_s=0.01, **options))
 
 
+def completion_in(text):
+    """The completion of a rubric: the lines between the response markers."""
+    return text.split(">>>\n", 1)[1].rsplit("\n<<<end of response", 1)[0]
+
+
 def echo_score(text, headers):
-    """Scores the completion's length in characters: the completion is after 'Response:'."""
-    if "Response:\n" not in text:
+    """Scores the completion's length in characters."""
+    if "<<<response" not in text:
         return 200, "Score: 1"
-    completion = text.split("Response:\n")[1].split("\n\nEnd")[0]
-    return 200, f"Thinking... Score: 2. On reflection, Score: {len(completion)}"
+    return 200, f"Thinking... Score: 2. On reflection, Score: {min(len(completion_in(text)), 10)}"
 
 
 def test_scores_each_completion_with_its_columns_in_the_rubric():
@@ -38,7 +42,8 @@ def test_scores_each_completion_with_its_columns_in_the_rubric():
             completions=[[{"role": "assistant", "content": "4"}]],
             answer=["4"],
         )
-        assert server.requests[-1]["messages"][0]["content"] == "Q: 2+2? A: 4 Gold: 4 Score: 1"
+        sent = server.requests[-1]["messages"][0]["content"]
+        assert re.fullmatch(r"Q: 2\+2\? A: <<<response (\w{12})>>>\n4\n<<<end of response \1>>> Gold: 4 Score: 1", sent)
 
 
 def test_a_placeholder_without_a_column_names_the_columns():
@@ -50,7 +55,10 @@ def test_a_placeholder_without_a_column_names_the_columns():
     ("text", "verdict", "expected"),
     [
         ("Score: 7/10", "score", 0.7),
-        ("score = 12", "score", 1.0),
+        ("score = 10", "score", 1.0),
+        ("Score: 12", "score", "out_of_range"),  # above score_max: no verdict, not a clipped 1.0
+        ("Score: 1e9", "score", "out_of_range"),  # read whole, not as 1
+        ("Score: -3", "score", "out_of_range"),
         ("no number", "score", None),
         ("It would FAIL, but fixed: PASS", "pass_fail", 1.0),
         ("passes? no. Verdict: fail", "pass_fail", 0.0),
@@ -85,7 +93,7 @@ def test_retries_with_backoff_then_succeeds():
 def test_failures_get_the_configured_reward_and_are_counted_never_a_silent_zero():
     with ScriptedJudge(lambda text, h: (500, "down")) as server:
         reward = judge(server.url, retries=1, failure_reward=-1.0)
-        with pytest.warns(UserWarning, match=r"judge: 2 of 2 completions not graded \(JudgeRequestError: .*HTTP 500"):
+        with pytest.warns(UserWarning, match=r"judge: 2 of 2 completions not graded \(2 failures; .*HTTP 500"):
             assert reward(prompts=["p", "q"], completions=["c", "d"]) == [-1.0, -1.0]
         assert reward.counts["failures"] == 2 and len(server.requests) == 4
         with pytest.warns(UserWarning, match="None"):

@@ -51,6 +51,16 @@ def test_chat_template_applied_when_the_tokenizer_has_one(tmp_path):
 def test_a_folder_without_a_model_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="rewards.reward_model.path"):
         RewardModelReward(RewardModelOptions(path=str(tmp_path)))
+    assert any("no config.json" in p for p in RewardModelOptions(path=str(tmp_path)).validate("rewards.reward_model."))
+
+
+def test_truncated_texts_are_counted(rm_folder):
+    logged = []
+    reward = RewardModelReward(RewardModelOptions(path=str(rm_folder), max_length=8))
+    scores = reward(
+        prompts=["1+2=", "a long question: 1+2+3+4="], completions=["3", "10"], log_metric=lambda *a: logged.append(a)
+    )
+    assert logged == [("reward_model/truncated", 1.0)] and len(scores) == 2
 
 
 def test_registered_source_combines_with_functions_by_weight(rm_folder):
