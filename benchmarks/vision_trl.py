@@ -105,7 +105,9 @@ def run_ours(model_dir: str, s: dict) -> dict:
             steps.append({"start": time.perf_counter()})
 
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-            steps[-1]["generate"] = module.last_step.rollout.timing["rollout/seconds"]
+            rollout = module.last_step.rollout
+            steps[-1]["generate"] = rollout.timing["rollout/seconds"]
+            steps[-1]["tokens"] = float(rollout.completion_mask.sum())  # as TRL's: completion tokens
 
         def on_train_end(self, trainer, module):
             self._close(time.perf_counter())

@@ -365,4 +365,4 @@ def test_vision_trl_child_times_our_vlm_steps(run_main, monkeypatch):
     result = result_line(run_main("vision_trl", "--child", "ours", "--model-dir", folder, "--steps", "3"))
     assert len(result["steps"]) == 3 and result["peak_rss_mb"] > 0
     summary = vision_trl.summarize([result], warmup=1)
-    assert finite(summary["median_step_s"]) and 0 < summary["generation_share"] < 1
+    assert finite(summary["median_step_s"]) and 0 < summary["generation_share"] < 1 and summary["tokens_per_s"] > 0
