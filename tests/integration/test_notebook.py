@@ -49,9 +49,9 @@ VISION = NOTEBOOK.parent / "vision.ipynb"
 
 
 def test_vision_notebook_trains_and_shows_pictures_with_completions(tmp_path, monkeypatch):
-    """notebooks/vision.ipynb with a plain Trainer, cut to 4 steps (its 150 learn the colours in minutes, more
-    than this suite's share: docs/vision.md has the curves): held-out accuracy before and after, the curves,
-    the last step's pictures with their completions, and the prompt's image hashes."""
+    """notebooks/vision.ipynb with a plain Trainer, cut to 4 steps (its 150 take minutes, more than this
+    suite's share; docs/vision.md has what the tiny VLM learns): held-out accuracy before and after, the
+    curves, the last step's pictures with their completions, and the prompt's image hashes."""
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     nb = nbformat.read(VISION, as_version=4)
     assert 'QUESTION_TYPES = ["color"]' in nb.cells[1].source and "STEPS = 150" in nb.cells[1].source
