@@ -3,7 +3,8 @@
 Why: a reward curve says *that* the policy changed, a table says *how* (formatting tricks,
 reward hacking, repetition). One row per completion: step, prompt, completion, each reward
 function's score, the total reward and the group-relative advantage the step trained on; with
-images, which images the prompt had (paths or pixel hashes; the wandb table shows the first).
+images, which images the prompt had (paths or pixel hashes; the wandb table shows the first); for
+an episode task also its turns, each with the mask the loss used, its stop reason and turn count.
 """
 
 from __future__ import annotations
@@ -11,27 +12,35 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.loggers import WandbLogger
 
+from grpo_lightning.environments.transcripts import turns_text
+
 
 def completion_rows(rollout, advantages, max_rows: int) -> tuple[list[str], list[list]]:
-    """Columns and rows of one table (the first ``max_rows`` completions, whole groups first)."""
+    """Columns and rows of one table (the first ``max_rows`` completions, whole groups first); an
+    episode's row adds its turns (``[role mask] text`` per turn), stop reason and turn count."""
     names = list(rollout.reward_components)
     columns = ["step", "prompt", "completion", *[f"reward/{n}" for n in names], "reward", "advantage"]
     vision = getattr(rollout, "vision", None)
     if vision is not None:
         columns.append("images")  # each prompt's images: their paths, or their pixel hashes
+    episodes = getattr(rollout, "episodes", None) or []
+    if episodes:
+        columns += ["turns", "stop_reason", "num_turns"]
     rows = []
     for i in range(min(max_rows, rollout.num_sequences)):
-        rows.append(
-            [
-                rollout.step,
-                rollout.prompts[i] if rollout.prompts else "",
-                rollout.completions[i] if rollout.completions else "",
-                *[float(rollout.reward_components[n][i]) for n in names],
-                float(rollout.rewards[i]),
-                float(advantages[i]),
-                *([list(vision[i].refs) if vision[i] is not None else []] if vision is not None else []),
-            ]
-        )
+        row = [
+            rollout.step,
+            rollout.prompts[i] if rollout.prompts else "",
+            rollout.completions[i] if rollout.completions else "",
+            *[float(rollout.reward_components[n][i]) for n in names],
+            float(rollout.rewards[i]),
+            float(advantages[i]),
+        ]
+        if vision is not None:
+            row.append(list(vision[i].refs) if vision[i] is not None else [])
+        if episodes:
+            row += [turns_text(episodes[i]), episodes[i]["stop_reason"], episodes[i]["num_turns"]]
+        rows.append(row)
     return columns, rows
 
 
