@@ -79,8 +79,12 @@ warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode",
 
 
 def _default_reference(policy: nn.Module):
-    """The frozen reference: a LoRA policy's base (adapters off, no copy), else a deep copy."""
-    return AdapterDisabledReference(policy) if is_peft_model(policy) else copy.deepcopy(policy)
+    """The frozen reference: a LoRA policy's base (adapters off, no copy), else a deep copy that shares the
+    policy's frozen parameters (a VLM's frozen vision tower: equal forever, so one copy and, per step,
+    one computation of a prompt's image features serve both)."""
+    if is_peft_model(policy):
+        return AdapterDisabledReference(policy)
+    return copy.deepcopy(policy, memo={id(p): p for p in policy.parameters() if not p.requires_grad})
 
 
 class GRPOModule(LifecycleHooks, L.LightningModule):
@@ -265,6 +269,7 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
                 packed=lambda mb=mb: mb.packed,
                 truncation=self.replay,
                 capture=capture,
+                vision=mb.vision,
             )
             divergence = self.distill.divergence(index, capture, rollout.temperature)
             terms = micro_batch_loss(logprobs, mb, prepared, self.cfg, divergence)
@@ -327,13 +332,15 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
         packed: Callable[[], PackedMicroBatch] | None = None,
         truncation: Truncation | None = None,
         capture: list | None = None,
+        vision: list | None = None,
     ) -> TokenLogProbs:
         """Float32 log-probs [B, C] of the completion tokens (columns from ``prompt_width`` on),
         packed without padding when ``algorithm.pack_sequences`` (:class:`CompletionLogProbs`;
         ``packed`` returns the rows packed already; ``truncation``: the sampling filter replayed;
-        ``capture`` gets the hidden states at the scored positions, for distillation)."""
+        ``capture`` gets the hidden states at the scored positions, for distillation; ``vision``: each
+        row's images, for a vision-language policy)."""
         args = (model, input_ids, attention_mask, prompt_width, temperature, with_entropy, entropy_grad)
-        return self.forward_pass(*args, packed=packed, truncation=truncation, capture=capture)
+        return self.forward_pass(*args, packed=packed, truncation=truncation, capture=capture, vision=vision)
 
     def _frozen_log_probs(self, model: nn.Module, rollout: RolloutBatch, batches: list[MicroBatch]) -> TokenLogProbs:
         return frozen_log_probs(partial(self.completion_log_probs, truncation=self.replay), model, rollout, batches)
