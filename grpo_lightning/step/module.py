@@ -28,7 +28,6 @@ import copy
 import math
 import time
 import warnings
-from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict, replace
 from functools import partial
@@ -49,8 +48,7 @@ from grpo_lightning.algorithm import (
 )
 from grpo_lightning.algorithm.corrections import selected_corrections
 from grpo_lightning.algorithm.mismatch import mismatch_metrics
-from grpo_lightning.algorithm.packing import PackedMicroBatch
-from grpo_lightning.algorithm.truncation import Truncation, replayed_truncation
+from grpo_lightning.algorithm.truncation import replayed_truncation
 from grpo_lightning.config import AlgorithmConfig
 from grpo_lightning.evaluation import Evaluator
 from grpo_lightning.models.allocator import trim_heap
@@ -320,27 +318,13 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
             raise NonFiniteTrainingError(self.counters.diagnosis(reason, self.global_step, self.cfg.lr, self.cfg.beta))
 
     # ----------------------------------------------------------------------- log-probs
-    def completion_log_probs(
-        self,
-        model: nn.Module,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        prompt_width: int,
-        temperature: float,
-        with_entropy: bool = False,
-        entropy_grad: bool = False,
-        packed: Callable[[], PackedMicroBatch] | None = None,
-        truncation: Truncation | None = None,
-        capture: list | None = None,
-        vision: list | None = None,
-    ) -> TokenLogProbs:
+    def completion_log_probs(self, model: nn.Module, *args, **kwargs) -> TokenLogProbs:
         """Float32 log-probs [B, C] of the completion tokens (columns from ``prompt_width`` on),
-        packed without padding when ``algorithm.pack_sequences`` (:class:`CompletionLogProbs`;
-        ``packed`` returns the rows packed already; ``truncation``: the sampling filter replayed;
-        ``capture`` gets the hidden states at the scored positions, for distillation; ``vision``: each
+        packed without padding when ``algorithm.pack_sequences``: :class:`CompletionLogProbs`'s
+        arguments (``packed``: the rows packed already; ``truncation``: the sampling filter replayed;
+        ``capture``: the hidden states at the scored positions, for distillation; ``vision``: each
         row's images, for a vision-language policy)."""
-        args = (model, input_ids, attention_mask, prompt_width, temperature, with_entropy, entropy_grad)
-        return self.forward_pass(*args, packed=packed, truncation=truncation, capture=capture, vision=vision)
+        return self.forward_pass(model, *args, **kwargs)
 
     def _frozen_log_probs(self, model: nn.Module, rollout: RolloutBatch, batches: list[MicroBatch]) -> TokenLogProbs:
         return frozen_log_probs(partial(self.completion_log_probs, truncation=self.replay), model, rollout, batches)
