@@ -43,10 +43,7 @@ def _builtin(names) -> list[str]:
     sorted (registration order follows import order; messages sort them anyway)."""
     if not isinstance(names, Registry):
         return list(names)
-    own = (
-        n for n, entry in names.items() if getattr(entry, "__module__", "grpo_lightning.").startswith("grpo_lightning.")
-    )
-    return sorted(own)
+    return sorted(n for n in names if names.origin(n).startswith("grpo_lightning."))
 
 
 def index() -> dict[str, dict]:

@@ -57,11 +57,14 @@ class Registry(Generic[T]):
         self.config_field = config_field
         self.entries: dict[str, T] = {}
         self._options: dict[str, type | None] = {}
+        self._origins: dict[str, str] = {}
 
     def add(self, name: str, entry: T, *, options: type | None = None) -> T:
         """Register ``entry`` under ``name``; a second, different entry with that name is an error."""
         if name in self.entries and self.entries[name] is not entry:
             raise PluginError(f"a {self.kind} named {name!r} is already registered; pick another name")
+        if name not in self.entries:
+            self._origins[name] = _registering_module()
         self.entries[name] = entry
         self._options[name] = options
         return entry
@@ -78,6 +81,12 @@ class Registry(Generic[T]):
         """The options dataclass ``name`` declared, or None."""
         self[name]  # raises for an unknown name
         return self._options[name]
+
+    def origin(self, name: str) -> str:
+        """The module that registered ``name``: an instance of a package class registered by a
+        plug-in (a reward model source) belongs to the plug-in, whatever its ``__module__`` says."""
+        self[name]  # raises for an unknown name
+        return self._origins[name]
 
     def problem(self, name: object, field: str | None = None) -> str | None:
         """None when ``name`` is registered, else the one-line message naming the closest match."""
@@ -111,6 +120,21 @@ class Registry(Generic[T]):
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, {list(self.entries)})"
+
+
+def _registering_module() -> str:
+    """The module a registration came from: the first frame up the stack that runs a module's
+    top level or lies outside the package. The package's helpers (``register_reward``, the
+    Python API's function registration) pass through to their caller, so a plug-in or a test
+    that registers through them is theirs, not the package's."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "?")
+        own = module == __name__ or (module.startswith("grpo_lightning.") and frame.f_code.co_name != "<module>")
+        if not own:
+            return module
+        frame = frame.f_back
+    return "?"
 
 
 _LOADED: dict[str, object] = {}

@@ -16,7 +16,9 @@ While it holds the lock a run's output is private to its user (``trainer.share_o
 the default): the process's umask is 077, so every folder it creates is 0700 and every file
 0600 (checkpoints, ``completions.jsonl``, the exported model, logs, the lock), and the run
 folder itself is made 0700 when it is the user's own. The umask comes back when the lock is
-released. ``trainer.share_outputs=true`` leaves the umask the user runs with.
+released; with several private locks in one process (runs built in a notebook and never fitted),
+the user's umask is the one from before the first and comes back when the last is released, in
+whatever order they are. ``trainer.share_outputs=true`` leaves the umask the user runs with.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ LOCK_NAME = ".run.lock"
 PRIVATE_UMASK = 0o077  # group and others get nothing
 _RANK_VARS = ("RANK", "SLURM_PROCID", "NODE_RANK", "GROUP_RANK", "LOCAL_RANK")
 _held: dict[Path, RunLock] = {}  # this process's locks: a later run of the same process takes them over
+_private: set[Path] = set()  # the held locks that keep the umask at PRIVATE_UMASK
+_user_umask: list[int] = []  # the umask from before the first of them (empty while none is held)
 
 
 class RunFolderBusy(UserError):
@@ -54,7 +58,6 @@ class RunLock:
     def __init__(self, folder: str | Path):
         self.path = Path(folder).resolve() / LOCK_NAME
         self._fd: int | None = None
-        self._umask: int | None = None  # the user's, restored at release (private outputs)
 
     def acquire(self, private: bool = False) -> RunLock:
         """Take the lock; ``private``: the run's output is its user's only (module docstring)."""
@@ -63,7 +66,6 @@ class RunLock:
             # This process holds it already (the CLI's Hydra callback, or a run built earlier in a notebook):
             # take the open lock over, so that no other process can slip in between.
             self._fd, previous._fd = previous._fd, None
-            self._umask, previous._umask = previous._umask, None
             _held[self.path] = self
             self._privacy(private)
             return self
@@ -87,12 +89,11 @@ class RunLock:
         return self
 
     def _privacy(self, private: bool) -> None:
-        """Umask 077 while the lock is held (or the user's back, once shared), the run folder 0700."""
-        if private and self._umask is None:
-            self._umask = os.umask(PRIVATE_UMASK)
-        elif not private and self._umask is not None:
-            os.umask(self._umask)
-            self._umask = None
+        """Umask 077 while a private lock is held (the user's back after the last), the run folder 0700."""
+        if private:
+            _make_private(self.path)
+        else:
+            _end_private(self.path)
         folder = self.path.parent
         if private and folder.stat().st_uid == os.getuid() and folder not in (Path.cwd(), Path.home()):
             folder.chmod(folder.stat().st_mode & 0o700)
@@ -104,11 +105,23 @@ class RunLock:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
         self._fd = None
-        if self._umask is not None:
-            os.umask(self._umask)
-            self._umask = None
         if _held.get(self.path) is self:
             del _held[self.path]
+            _end_private(self.path)
+
+
+def _make_private(path: Path) -> None:
+    previous = os.umask(PRIVATE_UMASK)
+    if not _private:
+        _user_umask[:] = [previous]
+    _private.add(path)
+
+
+def _end_private(path: Path) -> None:
+    if path in _private:
+        _private.discard(path)
+        if not _private:
+            os.umask(_user_umask.pop())
 
 
 def lock_run_folder(folder: str | Path, private: bool = False) -> RunLock | None:

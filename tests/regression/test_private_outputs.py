@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from grpo_lightning import train
+from grpo_lightning.runtime.run_lock import RunLock, release_all
 
 pytestmark = pytest.mark.slow  # a whole (two-step) run of the CLI, in this process
 
@@ -44,6 +45,7 @@ def modes(folder: Path) -> dict[str, int]:
 
 @pytest.fixture
 def umask_022():
+    release_all()  # runs an earlier test built and never fitted keep their private umask while held
     before = os.umask(0o022)  # what most systems give a user: 0755 folders, 0644 files
     yield
     os.umask(before)
@@ -69,3 +71,15 @@ def test_share_outputs_writes_with_the_users_umask(tmp_path, umask_022):
     assert found["shared"] == 0o755 and found["shared/.hydra/config.yaml"] == 0o644
     assert found["shared/completions.jsonl"] == found["shared/hf/final/config.json"] == 0o644
     assert found["shared/.run.lock"] == 0o600  # the lock is nobody else's business
+
+
+def test_the_users_umask_comes_back_after_the_last_private_lock_in_any_order(tmp_path, umask_022):
+    """Two runs held in one process (built in a notebook, one never fitted) released in the order
+    they were taken left the second's saved umask, 077, as the process's (CI, 2026-12-02)."""
+    for order in ((0, 1), (1, 0)):
+        locks = [RunLock(tmp_path / f"{order}" / name).acquire(private=True) for name in ("a", "b")]
+        assert os.umask(0o077) == 0o077
+        locks[order[0]].release()
+        assert os.umask(0o077) == 0o077  # one private run is still held
+        locks[order[1]].release()
+        assert os.umask(0o022) == 0o022
