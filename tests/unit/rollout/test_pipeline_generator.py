@@ -146,14 +146,14 @@ def test_a_checkpoint_anywhere_resumes_without_dropping_or_repeating_a_prompt(se
     """The state after step k, loaded into a fresh generator (a SIGKILL, then trainer.resume=auto): the
     prompts trained before plus those trained after are the uninterrupted run's, each once."""
     case, steps = random.Random(seed), 6
-    cut = case.randint(1, steps - 1)
+    cut = random.Random(-seed).randint(1, steps - 1)
     generator, P, G = pipeline(case, steps)
     try:
         first = train(generator, cut, case)
         state = generator.state_dict()
     finally:
         generator.engine.close()
-    resumed, _, _ = pipeline(random.Random(seed), steps)  # the same settings, a fresh engine
+    resumed, _, _ = pipeline(random.Random(seed), steps)  # the same settings (P, G, lag), a fresh engine
     resumed.load_state_dict(state)
     try:
         rest = train(resumed, steps - cut, case, first=cut)
