@@ -265,10 +265,10 @@ class RolloutConfig(Schema):
         problems: list[str] = []
         check(
             problems,
-            self.engine != "vllm" or self.uses_server,
-            f"{p}mode=pipeline with the in-process vLLM engine: its LLM.generate blocks for a whole call and cannot "
-            f"take new weights mid-sequence; launch a server ({p}vllm.server.launch=true), whose requests pause and "
-            f"resume across a weight update, or use {p}engine=hf",
+            self.engine != "vllm",
+            f"{p}mode=pipeline with {p}engine=vllm is not built yet: the in-process LLM.generate blocks for a whole "
+            "call and cannot take weights mid-sequence, and pausing a vLLM server with its requests kept is not "
+            f"wired; use {p}engine=hf for pipeline, or {p}mode=async with vllm",
         )
         check(
             problems,

@@ -155,7 +155,9 @@ class _LayerWeights:
     def refresh(self, layer: nn.Module) -> None:
         """The fused copies again from ``layer``'s changed weights, written into the same tensors."""
         fresh = self._fused(layer)
-        for name, value in zip(("qkv_weight", "qkv_bias", "gate_up_weight", "gate_up_bias"), (*fresh[0], *fresh[1])):
+        for name, value in zip(
+            ("qkv_weight", "qkv_bias", "gate_up_weight", "gate_up_bias"), (*fresh[0], *fresh[1]), strict=True
+        ):
             held = getattr(self, name)
             if held is not None and value is not None:
                 held.copy_(value)

@@ -37,12 +37,12 @@ from grpo_lightning.algorithm import tied_groups
 from grpo_lightning.records import PolicyWeights
 from grpo_lightning.rollout.async_generator import bound_staleness, token_lags
 from grpo_lightning.rollout.batch import RolloutBatch
+from grpo_lightning.rollout.engine import GenerationRequest
 from grpo_lightning.rollout.generator import RolloutGenerator, engine_context
 from grpo_lightning.rollout.pipeline.engine import ClockReading, StreamingEngine
 from grpo_lightning.rollout.pipeline.ledger import Group, Ledger
 from grpo_lightning.rollout.pipeline.metrics import PREFIX, time_metrics, version_metrics
 from grpo_lightning.rollout.pipeline.stream import PromptStream
-from grpo_lightning.rollout.engine import GenerationRequest
 
 StreamFactory = Callable[[int, int], PromptStream]  # (rank, world) -> this rank's prompts in data order
 
@@ -67,7 +67,7 @@ class PipelineRolloutGenerator(RolloutGenerator):
         self.filter_tied = False  # dynamic sampling (rollout.dynamic_sampling), set by build_run
         self.streams: StreamFactory | None = None  # set by build_run (the data module's order)
         self.budget_batches: int | None = None  # the run's batches: it draws no more prompts than they train
-        self.stopping: Callable[[], bool] = lambda: False  # a stop signal was received: admit nothing more
+        self.stopping: Callable[[], bool] = lambda: False  # a stop signal: nothing runs ahead of the open batch
         self.trainer_version: int | None = None  # the trainer's optimizer step, set by the module before each batch
         self.ledger: Ledger | None = None
         self._saved: dict | None = None  # a checkpoint's ledger, loaded before the first batch
@@ -212,7 +212,9 @@ class PipelineRolloutGenerator(RolloutGenerator):
             0.0,
         )
         flags = tied_groups(scored.rewards, self.num_generations).tolist()
-        return [g for g, t in zip(groups, flags, strict=True) if not t], [g for g, t in zip(groups, flags, strict=True) if t]
+        return [g for g, t in zip(groups, flags, strict=True) if not t], [
+            g for g, t in zip(groups, flags, strict=True) if t
+        ]
 
     # ----------------------------------------------------------------------- weights, checkpoints, the end
     def sync_weights(self, weights: PolicyWeights, expected=None, rank: int = 0) -> dict[str, float]:
@@ -231,7 +233,7 @@ class PipelineRolloutGenerator(RolloutGenerator):
         """Stop admitting and drop the groups in flight (the engine stays up for a final evaluation)."""
         if self.ledger is not None:
             with self.ledger.cond:
-                self.ledger.stopping = lambda: True
+                self.ledger.closed = True
         cancel = getattr(self.engine, "cancel", None)
         if cancel is not None:
             cancel()

@@ -83,7 +83,9 @@ class HFPipelineEngine(EngineBase):
         self.model = generation_copy(policy)
         unsupported = layout_support(self.model, 1)
         if unsupported is not None:
-            raise EngineError(f"rollout.mode=pipeline with the HF engine needs the fused decoder's layers: {unsupported}")
+            raise EngineError(
+                f"rollout.mode=pipeline with the HF engine needs the fused decoder's layers: {unsupported}"
+            )
         self.weights = FusedWeights(self.model)
         self.pad_token_id, self.eos_token_id, self.rows = pad_token_id, eos_token_id, rows
         self.device = next(self.model.parameters()).device
@@ -107,6 +109,8 @@ class HFPipelineEngine(EngineBase):
         submission = _Submission(list(requests), sampling, done, failed, cancellable)
         submission.out, submission.left = [None] * len(requests), len(requests)
         with self._cond:
+            if self._stop:
+                raise EngineError("the pipeline's HF engine is closed")
             self._waiting.extend((submission, i) for i in range(len(requests)))
             self._start()
             self._cond.notify_all()
@@ -132,7 +136,7 @@ class HFPipelineEngine(EngineBase):
         """Copy the weights in at the next safe point (between two decode steps); returns the seconds."""
         tensors = list(named_tensors)
         with self._cond:
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None or not self._thread.is_alive() or self._stop:
                 return self._apply(tensors, version)
             applied, box = threading.Event(), {}
             self._swap = (tensors, version, applied, box)
@@ -201,16 +205,26 @@ class HFPipelineEngine(EngineBase):
             while self._iteration():
                 pass
         except BaseException as err:  # noqa: BLE001  (every waiting caller hears of it)
-            with self._cond:
-                failed = {id(s): s for s, _ in self._waiting} | {id(r.submission): r.submission for r in self._rows.values()}
-                self._waiting.clear()
-                self._rows.clear()
-                swap, self._swap = self._swap, None
-            if swap is not None:
-                swap[3]["err"] = err
-                swap[2].set()
-            for submission in failed.values():
-                submission.failed(EngineError(f"the pipeline's HF engine failed: {type(err).__name__}: {err}"))
+            self._abandon(EngineError(f"the pipeline's HF engine failed: {type(err).__name__}: {err}"))
+            return
+        self._abandon(EngineError("the pipeline's HF engine was closed with requests in flight"))
+
+    def _abandon(self, error: EngineError) -> None:
+        """The decode thread ends: every submission still waiting or in flight, and a weight swap not taken,
+        hear ``error`` (no caller is left waiting on a thread that is gone)."""
+        with self._cond:
+            failed = {id(s): s for s, _ in self._waiting} | {
+                id(r.submission): r.submission for r in self._rows.values()
+            }
+            self._waiting.clear()
+            self._rows.clear()
+            swap, self._swap = self._swap, None
+            self._stop = True  # a later submit or load_weights does not wait on the gone thread
+        if swap is not None:
+            swap[3]["err"] = error
+            swap[2].set()
+        for submission in failed.values():
+            submission.failed(error)
 
     def _iteration(self) -> bool:
         with self._cond:

@@ -63,13 +63,15 @@ class Ledger:
     trained: int = 0  # groups trained so far
     holding: int = 0  # groups the trainer took and has not resolved yet
     allowed: int = 0  # trained + pending below this (set per batch by open_batch)
+    needed: int = 0  # trained + pending the open batch itself needs (a stop signal admits no more than this)
     version: int = 0  # the trainer's weight version, stamped on admitted groups
-    stopping: Callable[[], bool] = lambda: False  # a stop signal: admit nothing more
+    stopping: Callable[[], bool] = lambda: False  # a stop signal: admit nothing beyond the open batch
     running: dict[int, Group] = field(default_factory=dict)
     finished: deque = field(default_factory=deque)
     reissue: deque = field(default_factory=deque)  # ordinals generating at the checkpoint: first again
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RESOLUTIONS, 0))
     error: BaseException | None = None
+    closed: bool = False  # the end of training: admit nothing
 
     def __post_init__(self) -> None:
         self.cond = threading.Condition()
@@ -84,17 +86,19 @@ class Ledger:
         """Batch ``batch`` starts (batches before it trained); the trainer's weights are ``version``."""
         with self.cond:
             self.allowed = (self.max_lag + batch + 1) * self.prompts_per_step
+            self.needed = (batch + 1) * self.prompts_per_step
             if self.budget is not None:
                 self.allowed = min(self.allowed, self.budget)
             self.version = version
 
     def admissible(self) -> bool:
         """Whether one more group may be admitted now (call under ``cond``)."""
-        if self.error is not None or self.stopping():
+        if self.error is not None or self.closed:
             return False
         if self.max_in_flight and len(self.running) >= self.max_in_flight:
             return False
-        return self.trained + self.pending < self.allowed
+        # a stop signal: nothing runs ahead, but the open batch may still replace a dropped group
+        return self.trained + self.pending < (min(self.allowed, self.needed) if self.stopping() else self.allowed)
 
     def admit(self) -> list[Group]:
         """Every group the rule admits now, in data order (re-issued ones first); marked generating."""
