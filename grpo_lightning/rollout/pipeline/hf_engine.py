@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import torch
@@ -78,6 +79,7 @@ class HFPipelineEngine(EngineBase):
 
     owns_weights = True  # the generation copy: the trainer pushes every update into it
     streams = True
+    supports_async = True  # generate_async() runs on the decode thread, beside the trainer
 
     def __init__(self, policy, pad_token_id: int, eos_token_id: int, rows: int = 256):
         self.model = generation_copy(policy)
@@ -117,20 +119,16 @@ class HFPipelineEngine(EngineBase):
 
     def generate(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:
         """Blocking (held-out evaluation): the requests join the sequences in flight."""
+        return self.generate_async(requests, sampling).result()
+
+    def generate_async(self, requests: list[GenerationRequest], sampling: Sampling) -> Future:
+        """The requests join the sequences in flight; the future holds their completions (async mode)."""
+        future: Future = Future()
         if not requests:
-            return []
-        finished, box = threading.Event(), {}
-        self.submit(
-            requests,
-            sampling,
-            lambda out: (box.setdefault("out", out), finished.set()),
-            lambda err: (box.setdefault("err", err), finished.set()),
-            cancellable=False,
-        )
-        finished.wait()
-        if "err" in box:
-            raise box["err"]
-        return box["out"]
+            future.set_result([])
+            return future
+        self.submit(requests, sampling, future.set_result, future.set_exception, cancellable=False)
+        return future
 
     def load_weights(self, named_tensors, version: int | None = None) -> float:
         """Copy the weights in at the next safe point (between two decode steps); returns the seconds."""
