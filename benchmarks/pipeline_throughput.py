@@ -133,7 +133,10 @@ def main() -> None:
     for _ in range(args.rounds):
         for mode, lag in settings:
             runs[f"{mode}{lag if mode == 'pipeline' else ''}"].append(run_once(mode, lag, args))
-    median = {name: min(rs, key=lambda r: abs(r["wall_s"] - statistics.median(x["wall_s"] for x in rs))) for name, rs in runs.items()}
+    median = {
+        name: min(rs, key=lambda r: abs(r["wall_s"] - statistics.median(x["wall_s"] for x in rs)))
+        for name, rs in runs.items()
+    }
     base = median.get("sync")
     print(f"{'mode':<10} {'wall s':>7} {'compl/s':>8} {'vs sync':>8} {'wait frac':>9} {'engine busy':>11}")
     for name, r in median.items():

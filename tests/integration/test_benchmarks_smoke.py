@@ -297,6 +297,20 @@ def test_reward_sources_cost_prices_the_judge_client(run_main):
 
 
 @pytest.mark.slow
+def test_pipeline_throughput_runs_every_mode_and_accounts_for_the_pipeline(run_main, tmp_path):
+    out = tmp_path / "pipeline.json"
+    args = ["--steps", "2", "--rounds", "1", "--prompts", "2", "--generations", "2", "--max-new-tokens", "4"]
+    run_main("pipeline_throughput", *args, "--max-lags", "1", "--output-dir", str(tmp_path), "--out", str(out))
+    median = json.loads(out.read_text())["median"]
+    assert set(median) == {"sync", "async", "pipeline1"}
+    for r in median.values():
+        assert r["completions_per_s"] > 0 and 0.0 <= r["trainer_wait_fraction"] <= 1.0
+        assert r["trainer_wait_s"] + r["trainer_busy_s"] == pytest.approx(r["wall_s"])
+    pipeline = median["pipeline1"]
+    engine = pipeline["engine_busy_s"] + pipeline["engine_idle_s"] + pipeline["engine_sync_s"]
+    assert engine == pytest.approx(pipeline["cycle_s"], rel=0.05) and pipeline["cycle_s"] <= pipeline["wall_s"]
+
+
 def test_rollout_throughput_hf_decoders_without_vllm(run_main, tmp_path):
     out = tmp_path / "rollout.json"
     args = ["--no-vllm", "--no-train", "--prompts", "2", "--samples", "2", "--tokens", "4", "--repeats", "1"]
