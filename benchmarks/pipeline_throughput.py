@@ -15,7 +15,7 @@ short and some run to ``--max-new-tokens``. The modes:
   weights change between decode steps (``--max-lags``).
 
 Rounds interleave the modes so machine load hits all alike; the median round is reported with
-its ratio to sync. Per run: wall seconds of ``fit`` (building excluded), completions per second,
+its ratio to sync, and the median of each round's ratio to that round's sync run. Per run: wall seconds of ``fit`` (building excluded), completions per second,
 the trainer's wait (sync: generating; async: waiting for the batch; pipeline: waiting for finished
 groups) and busy seconds, and the pipeline's engine busy / idle / sync seconds, which add up to
 its wall clock. Usage: ``python benchmarks/pipeline_throughput.py [--steps 8] [--rounds 3]
@@ -146,6 +146,14 @@ def main() -> None:
             f"{name:<10} {r['wall_s']:7.2f} {r['completions_per_s']:8.1f} {ratio:8.2f} "
             f"{r['trainer_wait_fraction']:9.2f} {r['engine_busy_fraction']:11.2f}"
         )
+    # Each round's ratio to that round's sync run (the machine's load changes between rounds): their median.
+    if "sync" in runs:
+        for name, rs in runs.items():
+            ratios = [r["completions_per_s"] / s["completions_per_s"] for r, s in zip(rs, runs["sync"], strict=True)]
+            median[name]["vs_sync_per_round"] = ratios
+            median[name]["vs_sync_round_median"] = statistics.median(ratios)
+            print(f"{name:<10} per-round ratio to sync: median {statistics.median(ratios):.2f}, "
+                  f"range {min(ratios):.2f}-{max(ratios):.2f}")  # fmt: skip
     cpu = platform.processor() or platform.machine()
     out = {"cpu": cpu, "torch_threads": torch.get_num_threads(), "args": vars(args), "median": median, "runs": runs}
     print("RESULT " + json.dumps({k: v["completions_per_s"] for k, v in median.items()}))
