@@ -125,10 +125,14 @@ def _rotary_pairs_adjacent(tensor: torch.Tensor, head_dim: int) -> torch.Tensor:
 
 
 class RowSlots(NamedTuple):
-    """A decode step's cache writes when every row writes its own column (``rows``: ``arange(B)``)."""
+    """A decode step's cache writes when every row writes its own column (``rows``: ``arange(B)``); ``flat``:
+    each (row, kv head)'s index into the cache viewed as ``[B x kv_heads x width, head_dim]``; ``end``: the
+    columns attended to (past every row's last write)."""
 
     rows: torch.Tensor
     columns: torch.Tensor
+    flat: torch.Tensor
+    end: int
 
 
 class _LayerWeights:
@@ -255,8 +259,9 @@ class FusedDecoder:
         if isinstance(slots, slice):
             keys[:, :, slots], values[:, :, slots], end = k, v, slots.stop
         elif isinstance(slots, RowSlots):  # one column per row (the pipeline's slot decoder): the whole cache
-            keys[slots.rows, :, slots.columns], values[slots.rows, :, slots.columns] = k[:, :, 0], v[:, :, 0]
-            end = keys.shape[2]
+            keys.view(-1, head_dim).index_copy_(0, slots.flat, k[:, :, 0].reshape(-1, head_dim))
+            values.view(-1, head_dim).index_copy_(0, slots.flat, v[:, :, 0].reshape(-1, head_dim))
+            end = slots.end
         else:  # a device tensor of slots (a static step): attend over the whole cache, the bias masks it
             keys.index_copy_(2, slots, k), values.index_copy_(2, slots, v)
             end = keys.shape[2]

@@ -62,6 +62,7 @@ class _Row:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    room: int = 0  # tokens the row's cache columns hold after its prompt (set at join)
 
 
 def generation_copy(policy: torch.nn.Module) -> torch.nn.Module:
@@ -271,6 +272,7 @@ class HFPipelineEngine(EngineBase):
             self._check(ids, mask, logits)
         self._logits[rows] = logits.float()
         for row, submission, index in joining:
+            self._rows[row].room = self._decoder.width - ids.shape[1]
             seed = torch.tensor([submission.requests[index].seed], dtype=torch.int64)
             steps = torch.arange(submission.sampling.max_new_tokens, dtype=torch.int64)
             self._uniforms[row, : len(steps)] = counter_uniforms(seed, steps)[0].to(self.device)
@@ -325,7 +327,7 @@ class HFPipelineEngine(EngineBase):
                 seq.logprobs.append(logprob)
                 seq.versions.append(self._logit_version[row])
                 ended = token == self.eos_token_id or len(seq.tokens) >= sampling.max_new_tokens
-                if ended or self._decoder.free_columns(row) <= 1:
+                if ended or len(seq.tokens) >= seq.room:
                     done = self._end(row, seq, finished=token == self.eos_token_id)
                     if done is not None:
                         finished.append(done)
@@ -349,13 +351,16 @@ class HFPipelineEngine(EngineBase):
         return seq.submission if seq.submission.left == 0 else None
 
     def _step(self) -> None:
+        """One decode step of the rows up to the last occupied one (sequences are seated in the lowest free
+        rows, so that prefix stays short when few are in flight)."""
         with self._cond:
             seqs = dict(self._rows)
         if not seqs:
             return
-        active = torch.zeros(self.rows, dtype=torch.bool, device=self.device)
-        tokens = torch.full((self.rows,), self.pad_token_id, dtype=torch.long, device=self.device)
         rows = list(seqs)
+        n = max(rows) + 1
+        active = torch.zeros(n, dtype=torch.bool, device=self.device)
+        tokens = torch.full((n,), self.pad_token_id, dtype=torch.long, device=self.device)
         index = torch.tensor(rows, device=self.device)
         active[index] = True
         tokens[index] = torch.tensor([seqs[r].tokens[-1] for r in rows], device=self.device)

@@ -34,6 +34,7 @@ class SlotDecoder(FusedDecoder):
         self.column = torch.zeros(rows, dtype=torch.long, device=reference.device)  # each row's next write
         self.position = torch.zeros(rows, dtype=torch.long, device=reference.device)  # its next rotary position
         self._all_rows = torch.arange(rows, device=reference.device)
+        self._heads = torch.arange(weights.kv_heads, device=reference.device)
         positions = torch.arange(width, device=reference.device)[None]
         self._rotations = self._rotation(weights.rotary(torch.empty(0, device=reference.device), positions))[0]
 
@@ -65,23 +66,30 @@ class SlotDecoder(FusedDecoder):
         self._rotations = self._rotation(self.weights.rotary(torch.empty(0, device=self.mask.device), positions))[0]
         self.width = width
 
-    def free_columns(self, row: int) -> int:
-        """Columns row ``row`` may still write."""
-        return self.width - int(self.column[row])
-
     @torch.no_grad()
     def step(self, tokens: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        """Every row's next logits [rows, V] after ``tokens`` [rows]; only ``active`` [rows] bool rows advance
-        (the others compute over their own column 0, harmlessly, and are ignored)."""
-        columns = torch.where(active, self.column, 0)
-        self.mask[self._all_rows, columns] = torch.where(active, 0.0, self.mask[self._all_rows, columns])
-        rotation = self._rotations[torch.where(active, self.position, 0)][:, None]  # [rows, 1, 1, D / 2]
-        kv_heads = self.weights.kv_heads
-        bias = self.mask.repeat_interleave(kv_heads, dim=0)[:, None]  # [rows x kv_heads, 1, width]
+        """The next logits [n, V] of the first ``n`` rows after ``tokens`` [n] (rows past the last occupied
+        one are not computed); only ``active`` [n] bool rows advance (the others compute over their own
+        column 0, harmlessly, and are ignored)."""
+        n = tokens.shape[0]
+        rows = self._all_rows[:n]
+        columns = torch.where(active, self.column[:n], 0)
+        self.mask[rows, columns] = torch.where(active, 0.0, self.mask[rows, columns])
+        rotation = self._rotations[torch.where(active, self.position[:n], 0)][:, None]  # [n, 1, 1, D / 2]
+        end = int(columns.max()) + 1  # no row attends past its last write: the rest of the width is skipped
+        bias = self.mask[:n, :end].repeat_interleave(self.weights.kv_heads, dim=0)[:, None]  # [n x kv_heads, 1, end]
         hidden = torch.nn.functional.embedding(tokens, self.weights.embedding)[:, None]
-        slots = RowSlots(self._all_rows, columns)
-        for index in range(len(self.weights.layers)):
-            hidden = self._layer(index, hidden, rotation, slots, bias)
-        self.column += active.long()
-        self.position += active.long()
+        kv_heads, width = self.weights.kv_heads, self.width
+        # each (row, kv head)'s write as one index into the cache viewed as [n x kv_heads x width, head_dim]
+        flat = ((rows[:, None] * kv_heads + self._heads[None]) * width + columns[:, None]).reshape(-1)
+        slots = RowSlots(rows, columns, flat, end)
+        caches = self.keys, self.values
+        self.keys, self.values = [k[:n] for k in caches[0]], [v[:n] for v in caches[1]]  # views: writes land
+        try:
+            for index in range(len(self.weights.layers)):
+                hidden = self._layer(index, hidden, rotation, slots, bias)
+        finally:
+            self.keys, self.values = caches
+        self.column[:n] += active.long()
+        self.position[:n] += active.long()
         return self._logits(hidden[:, 0])
