@@ -1,0 +1,276 @@
+"""The pipeline at scale, simulated: an engine stand-in with a decode-step time and a long-tailed
+completion-length distribution drives the real producer and trainer loop (issue 50, docs/pipeline.md).
+
+The stand-in (:class:`SimEngine`, a :class:`~grpo_lightning.rollout.pipeline.engine.StreamingEngine`)
+decodes every sequence in flight one token per step of ``--step-ms`` milliseconds, as a GPU engine
+does at batch sizes below its capacity; ``E`` engines are ``E`` times its rows (``--rows`` each).
+Completion lengths are log-normal (``--median-tokens``, ``--sigma``) capped at ``--max-tokens``:
+most short, a tail at the cap, as in reasoning. A weight sync pauses it ``--sync-ms`` between two
+steps. The trainer is the real :class:`PipelineRolloutGenerator` loop: each step takes the next
+finished groups, "trains" for ``--train-ms-per-sample`` x samples / R milliseconds (R data-parallel
+ranks), and pushes new weights. ``max_lag=0`` is the synchronous schedule (the step's groups only,
+the engine idle while the trainer trains); the ratio of each lag to it is the pipeline's gain.
+
+It reports, per (engines, ranks, lag), samples per second, the ratio to lag 0, and the engine's and
+the trainer's busy fractions, measured by the same clocks as a real run (``pipeline/*``). Real time,
+scaled down: a run lasts about ``--steps`` x a step, so keep the milliseconds small. ``--measured
+FILE`` (``pipeline_throughput.py``'s JSON) first takes this machine's rates from a measured run
+(the seconds per decode step and per trained sample, the completion lengths) and compares the
+simulated ratios with the measured ones. Usage: ``python benchmarks/pipeline_simulator.py
+[--engines 1 4 16 64] [--ranks 1 8] [--lags 0 1 2] [--steps 12] [--out results.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import threading
+import time
+
+from grpo_lightning.config import RolloutConfig
+from grpo_lightning.models import build_char_tokenizer
+from grpo_lightning.records import Completion, PolicyWeights
+from grpo_lightning.rewards import RewardScorer
+from grpo_lightning.rollout import Sampling
+from grpo_lightning.rollout.engine import EngineBase
+from grpo_lightning.rollout.pipeline import PipelineRolloutGenerator, PromptStream
+from grpo_lightning.rollout.pipeline.engine import EngineClock
+
+
+class SimEngine(EngineBase):
+    """Decodes every sequence in flight one token per ``step_s``; ``rows`` sequences at most."""
+
+    owns_weights = True
+    streams = True
+
+    def __init__(self, step_s: float, rows: int, lengths, sync_s: float):
+        self.step_s, self.rows, self.lengths, self.sync_s = step_s, rows, lengths, sync_s
+        self.version = 0
+        self._clock = EngineClock()
+        self._cond = threading.Condition()
+        self._waiting: list[dict] = []
+        self._live: list[dict] = []
+        self._swap = None
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="sim-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, requests, sampling, done, failed) -> None:
+        group = {"left": len(requests), "out": [None] * len(requests), "done": done}
+        with self._cond:
+            for i, request in enumerate(requests):
+                self._waiting.append({"group": group, "i": i, "length": self.lengths(request.seed), "v": []})
+            self._cond.notify_all()
+
+    def load_weights(self, named_tensors, version=None) -> float:
+        applied = threading.Event()
+        with self._cond:
+            self._swap = (version, applied)
+            self._cond.notify_all()
+        applied.wait()
+        return self.sync_s
+
+    def clock(self):
+        return self._clock.read()
+
+    def cancel(self) -> None:
+        with self._cond:
+            self._waiting.clear()
+            self._live.clear()
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join(timeout=5)
+
+    def sequence_logprobs(self, prompt_ids, completion_ids):
+        return [0.0] * len(completion_ids)
+
+    def _run(self) -> None:
+        next_step = time.perf_counter()
+        while True:
+            finished = []
+            with self._cond:
+                if self._swap is not None:
+                    self._clock.switch("sync")
+                    version, applied = self._swap
+                    self._swap = None
+                    time.sleep(self.sync_s)
+                    self.version = version
+                    applied.set()
+                    next_step = time.perf_counter()
+                while not self._live and not self._waiting and self._swap is None and not self._stop:
+                    self._clock.switch("idle")
+                    self._cond.wait()
+                    next_step = time.perf_counter()
+                if self._stop:
+                    return
+                if self._swap is not None:
+                    continue
+                self._clock.switch("busy")
+                free = self.rows - len(self._live)
+                self._live += self._waiting[:free]
+                del self._waiting[:free]
+                for seq in self._live:
+                    seq["v"].append(self.version)
+                for seq in [s for s in self._live if len(s["v"]) >= s["length"]]:
+                    self._live.remove(seq)
+                    group = seq["group"]
+                    group["out"][seq["i"]] = Completion(
+                        token_ids=[3] * len(seq["v"]),
+                        finished=True,
+                        logprobs=[0.0] * len(seq["v"]),
+                        weight_version=min(seq["v"]),
+                        token_weight_versions=seq["v"],
+                    )
+                    group["left"] -= 1
+                    if not group["left"]:
+                        finished.append(group)
+            for group in finished:
+                group["done"](group["out"])
+            next_step += self.step_s  # a fixed cadence: the decode step's time, whatever Python took
+            time.sleep(max(0.0, next_step - time.perf_counter()))
+
+
+def lognormal_lengths(median: float, sigma: float, cap: int, seed: int):
+    """Seed -> a completion length: log-normal around ``median``, at most ``cap`` (the tail piles up there)."""
+
+    def length(request_seed: int) -> int:
+        draw = random.Random(seed * 1_000_003 + request_seed).lognormvariate(math.log(median), sigma)
+        return max(1, min(cap, round(draw)))
+
+    return length
+
+
+RECORDS = [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(4096)]
+TOKENIZER = build_char_tokenizer()
+
+
+class IdentityOrder(list):
+    def set_epoch(self, epoch: int) -> None:
+        pass
+
+
+def simulate(engines: int, ranks: int, lag: int, args, seed: int = 0) -> dict[str, float]:
+    P, G = args.prompts, args.generations
+    lengths = lognormal_lengths(args.median_tokens, args.sigma, args.max_tokens, seed)
+    engine = SimEngine(args.step_ms / 1000, args.rows * engines, lengths, args.sync_ms / 1000)
+    generator = PipelineRolloutGenerator(
+        engine=engine,
+        tokenizer=TOKENIZER,
+        scorer=RewardScorer.from_names({"length_penalty": 1.0}),
+        num_generations=G,
+        sampling=Sampling.from_config(RolloutConfig(max_new_tokens=args.max_tokens)),
+        seed=seed,
+        max_lag=lag,
+        max_off_policy_steps=99,
+    )
+    generator.streams = lambda rank, world: PromptStream(RECORDS, lambda: IdentityOrder(range(len(RECORDS))), P)
+    generator.budget_batches = args.steps
+    generator.sync_weights(PolicyWeights([], 0))
+    train_s = args.train_ms_per_sample / 1000 * P * G / ranks
+    start, trained = time.perf_counter(), 0
+    waits, engine_busy = [], []
+    try:
+        for step in range(args.steps):
+            generator.trainer_version = step
+            batch = generator.rollout_for_step(None, step=step, rank=0)
+            trained += batch.num_sequences
+            waits.append(batch.timing["pipeline/trainer_wait_seconds"])
+            engine_busy.append(batch.timing["pipeline/engine_busy_seconds"])
+            time.sleep(train_s)  # the optimizer step on R ranks
+            generator.sync_weights(PolicyWeights([], step + 1))
+        wall = time.perf_counter() - start
+        lag_mean = batch.timing["pipeline/lag_mean"]
+    finally:
+        generator.close()
+        engine.close()
+    return {
+        "samples_per_s": trained / wall,
+        "engine_busy_fraction": sum(engine_busy) / wall,
+        "trainer_busy_fraction": 1 - sum(waits) / wall,
+        "lag_mean_last": lag_mean,
+    }
+
+
+def rates_from(measured_file: str, args) -> dict:
+    """This machine's rates from a pipeline_throughput.py run: its sync run's decode-step and training
+    seconds, its completion lengths; and the measured ratios to compare with."""
+    data = json.load(open(measured_file))
+    sync, a = data["median"]["sync"], data["args"]
+    steps, samples = a["steps"], a["prompts"] * a["generations"]
+    return {
+        # a sync step decodes until its longest completion: about max_new_tokens decode steps
+        "step_ms": 1000 * sync["engine_busy_s"] / (steps * a["max_new_tokens"]),
+        "train_ms_per_sample": 1000 * sync["trainer_busy_s"] / (steps * samples),
+        "median_tokens": sync["mean_length"] * 0.7,
+        "max_tokens": a["max_new_tokens"],
+        "prompts": a["prompts"],
+        "generations": a["generations"],
+        "measured": {k: v.get("vs_sync_round_median", v.get("vs_sync")) for k, v in data["median"].items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--lags", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--generations", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=64, help="sequences one engine decodes at once")
+    parser.add_argument("--step-ms", type=float, default=2.0, help="one decode step of one engine")
+    parser.add_argument("--train-ms-per-sample", type=float, default=1.0, help="on one rank")
+    parser.add_argument("--sync-ms", type=float, default=2.0)
+    parser.add_argument("--median-tokens", type=float, default=24)
+    parser.add_argument("--sigma", type=float, default=1.0)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--measured", default=None, help="pipeline_throughput.py's JSON: take its rates first")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    out: dict = {"args": vars(args).copy(), "grid": []}
+    if args.measured:
+        rates = rates_from(args.measured, args)
+        machine = argparse.Namespace(**{**vars(args), **{k: v for k, v in rates.items() if k != "measured"}})
+        machine.rows = 256
+        simulated = {lag: simulate(1, 1, lag, machine) for lag in (0, 1, 2)}
+        out["this_machine"] = {
+            "rates": rates,
+            "simulated_vs_lag0": {
+                lag: r["samples_per_s"] / simulated[0]["samples_per_s"] for lag, r in simulated.items()
+            },
+        }
+        print(f"this machine's rates {json.dumps({k: v for k, v in rates.items() if k != 'measured'})}")
+        for lag in (1, 2):
+            print(
+                f"  lag {lag}: simulated {out['this_machine']['simulated_vs_lag0'][lag]:.2f}x sync, "
+                f"measured {rates['measured'].get(f'pipeline{lag}', float('nan')):.2f}x"
+            )
+    print(
+        f"{'engines':>7} {'ranks':>5} {'lag':>3} {'samples/s':>9} {'vs lag0':>7} {'engine busy':>11} {'trainer busy':>12}"
+    )
+    for engines in args.engines:
+        for ranks in args.ranks:
+            base = None
+            for lag in args.lags:
+                r = simulate(engines, ranks, lag, args)
+                base = base or r["samples_per_s"]
+                r.update(engines=engines, ranks=ranks, lag=lag, vs_lag0=r["samples_per_s"] / base)
+                out["grid"].append(r)
+                print(
+                    f"{engines:7d} {ranks:5d} {lag:3d} {r['samples_per_s']:9.1f} {r['vs_lag0']:7.2f} "
+                    f"{r['engine_busy_fraction']:11.2f} {r['trainer_busy_fraction']:12.2f}"
+                )
+    best = max((r["vs_lag0"] for r in out["grid"]), default=float("nan"))
+    print("RESULT " + json.dumps({"best_vs_lag0": best, "runs": len(out["grid"])}))
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump(out, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
