@@ -1,73 +1,70 @@
 """Does the tiny in-code policy learn task=guess_number (a multi-turn higher/lower game) on a CPU?
 
-For each seed: play held-out games with the untrained policy, train with GRPO on episodes,
-play again; next to a random policy (a uniform guess every turn) and the optimal one (binary
-search), played on the same environment. Reports mean reward, solve rate and mean turns to solve.
+For each seed, one run of the CLI (``grpo-lightning task=guess_number ...``) that plays the held-out
+games before training and every ``--eval-every`` steps (``val/*``, sampled at temperature 1, 16
+episodes a game with fixed seeds: every evaluation plays the same games); its ``summary.json``
+gives before and after. Next to it a random player (a uniform guess every turn) and the optimal
+one (binary search) play the same held-out games with the same reset seeds.
 
-    python examples/guess_number.py            # 2 seeds, the default steps
+    python examples/guess_number.py                      # 2 seeds, 200 steps
     python examples/guess_number.py --steps 40 --seeds 0
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
-import statistics
-import time
-import warnings
+import subprocess
+import sys
+from pathlib import Path
 
-from grpo_lightning.build import build_run
-from grpo_lightning.config import TrainConfig
 from grpo_lightning.environments.base import Turn
+from grpo_lightning.evaluation.episodes import row_seed
+from grpo_lightning.tasks.base import task_records
 from grpo_lightning.tasks.guess_number import GuessNumberEnv, GuessNumberTaskConfig
 
-EVAL_PROMPTS = 32  # x num_generations games per evaluation
+SAMPLES = 16  # episodes per held-out game (eval.samples_per_row)
 
 
-def config(seed: int, steps: int, lr: float, group: int) -> TrainConfig:
-    cfg = TrainConfig()
-    cfg.task = GuessNumberTaskConfig(correctness_reward=None, val_fraction=0.0)
-    cfg.trainer.max_steps, cfg.trainer.seed = steps, seed
-    cfg.logger.kind = "none"
-    cfg.health.enabled = False
-    cfg.algorithm.beta, cfg.algorithm.lr = 0.0, lr
-    cfg.rollout.max_new_tokens, cfg.rollout.num_generations, cfg.rollout.prompts_per_step = 3, group, 128 // group
-    cfg.trainer.output_dir = f"outputs/guess_number_seed{seed}"
-    return cfg
+def command(seed: int, steps: int, lr: float, group: int, every: int, out: Path) -> list[str]:
+    return [
+        *(sys.executable, "-m", "grpo_lightning.train", "task=guess_number", "logger=csv"),
+        f"trainer.max_steps={steps}",
+        f"trainer.seed={seed}",
+        f"trainer.output_dir={out}",
+        f"hydra.run.dir={out}",
+        "algorithm.beta=0",
+        f"algorithm.lr={lr}",
+        "rollout.max_new_tokens=3",
+        f"rollout.num_generations={group}",
+        f"rollout.prompts_per_step={128 // group}",
+        "eval.greedy=false",
+        f"eval.samples_per_row={SAMPLES}",
+        f"eval.every_n_steps={every}",
+    ]
 
 
-def summary(rewards: list[float], solved: list[bool], turns: list[int]) -> dict[str, float]:
-    solved_turns = [t for t, s in zip(turns, solved, strict=True) if s]
-    return {
-        "reward": statistics.fmean(rewards),
-        "solved": statistics.fmean(solved),
-        "turns_to_solve": statistics.fmean(solved_turns) if solved_turns else float("nan"),
-    }
-
-
-def play_policy(run, step: int) -> dict[str, float]:
-    """Held-out games (reset seeds of a step far from training's) with the policy sampling at temperature 1."""
-    generator = run.module.rollout
-    records = [{"prompt": "1-8?", "game": i} for i in range(EVAL_PROMPTS)]
-    episodes = generator.episodes.play(generator, records, step=step, rank=0)
-    rewards = [generator.episodes.env_reward(e) for e in episodes]
-    return summary(rewards, [bool(e.info.get("solved")) for e in episodes], [e.num_turns for e in episodes])
-
-
-def play_scripted(strategy: str, games: int, max_turns: int, seed: int) -> dict[str, float]:
-    rng = random.Random(seed)
+def play_scripted(strategy: str, games: list[dict], options: GuessNumberTaskConfig) -> dict[str, float]:
+    """Each held-out game with its evaluation's reset seed, ``SAMPLES`` times (random: seeded like the policy's episodes)."""
     rewards, solved, turns = [], [], []
-    for _ in range(games):
-        env = GuessNumberEnv()
-        env.reset(seed=rng.randrange(2**62), row={})
-        low, high, reward, done, n = 1, env.max_number, 0.0, False, 0
-        while not done and n < max_turns:
-            guess = rng.randint(1, env.max_number) if strategy == "random" else (low + high) // 2
-            step = env.step(Turn(text=str(guess), token_ids=[]))
-            n, done, reward = n + 1, step.done, reward + (step.reward or 0.0)
-            low, high = (guess + 1, high) if step.messages[0]["content"] == "+" else (low, guess - 1)
-        rewards.append(reward), solved.append(done), turns.append(n)
-    return summary(rewards, solved, turns)
+    for game in games:
+        for sample in range(SAMPLES):
+            rng = random.Random(row_seed(game, sample))
+            env = GuessNumberEnv(options.max_number, options.turn_cost)
+            env.reset(seed=row_seed(game, -1), row=game)
+            low, high, reward, done, n = 1, options.max_number, 0.0, False, 0
+            while not done and n < options.max_turns:
+                guess = rng.randint(1, options.max_number) if strategy == "random" else (low + high) // 2
+                step = env.step(Turn(text=str(guess), token_ids=[]))
+                n, done, reward = n + 1, step.done, reward + (step.reward or 0.0)
+                low, high = (guess + 1, high) if step.messages[0]["content"] == "+" else (low, guess - 1)
+            rewards.append(reward), solved.append(done), turns.append(n)
+    return {
+        "val/reward": sum(rewards) / len(rewards),
+        "val/success": sum(solved) / len(solved),
+        "val/turns": sum(turns) / len(turns),
+    }
 
 
 def main() -> None:
@@ -76,29 +73,29 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--group", type=int, default=16, help="Episodes per game (G); 128 per step in all.")
+    parser.add_argument("--eval-every", type=int, default=50)
+    parser.add_argument("--out", default="outputs/guess_number")
     args = parser.parse_args()
-    warnings.simplefilter("ignore")
-    rows = []
-    max_turns = GuessNumberTaskConfig().max_turns
-    for name in ("random", "optimal"):
-        rows.append((name, "-", play_scripted(name, EVAL_PROMPTS * 8, max_turns, seed=0)))
+    options = GuessNumberTaskConfig()
+    games = task_records(options)[1]
+    rows = [(name, "-", play_scripted(name, games, options)) for name in ("random", "optimal")]
     for seed in args.seeds:
-        cfg = config(seed, args.steps, args.lr, args.group)
-        run = build_run(cfg)
-        run.module.rollout.setup(run.module.policy)
-        before = play_policy(run, step=10**6)
-        start = time.perf_counter()
-        trainer = run.trainer(cfg, enable_progress_bar=False, enable_model_summary=False)
-        trainer.fit(run.module, datamodule=run.datamodule)
-        seconds = time.perf_counter() - start
-        after = play_policy(run, step=10**6)
-        rows.append((f"tiny seed {seed}, before", "-", before))
-        rows.append((f"tiny seed {seed}, after {args.steps} steps", f"{seconds:.0f} s", after))
-        if run.lock is not None:
-            run.lock.release()
-    print("\n| policy | training | mean reward | solved | turns to solve |\n|---|---|---|---|---|")
+        out = Path(args.out) / f"seed{seed}"
+        subprocess.run(command(seed, args.steps, args.lr, args.group, args.eval_every, out), check=True)
+        summary = json.loads((out / "summary.json").read_text())
+        held_out = summary["held_out"]
+        rows.append((f"tiny, seed {seed}, before", "-", held_out["before"]))
+        rows.append(
+            (
+                f"tiny, seed {seed}, after {summary['steps']} steps",
+                f"{summary['wall_seconds']:.0f} s",
+                held_out["after"],
+            )
+        )
+    print(f"\n{len(games)} held-out games x {SAMPLES} episodes each\n")
+    print("| policy | training | val/reward | val/success | val/turns |\n|---|---|---|---|---|")
     for name, seconds, m in rows:
-        print(f"| {name} | {seconds} | {m['reward']:.3f} | {m['solved']:.0%} | {m['turns_to_solve']:.2f} |")
+        print(f"| {name} | {seconds} | {m['val/reward']:.3f} | {m['val/success']:.0%} | {m['val/turns']:.2f} |")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ from grpo_lightning.data.mixture import head_per_source
 from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.environments.limits import EpisodeTaskConfig
 from grpo_lightning.environments.rollout import EpisodeRollout
+from grpo_lightning.environments.startup_checks import check_environment
+from grpo_lightning.evaluation.episodes import EpisodeEvaluator
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.allocator import apply_huge_pages, huge_pages_report, release_freed_memory
 from grpo_lightning.models.compile import compile_training_models
@@ -50,6 +52,7 @@ from grpo_lightning.runtime.csv_logger import ResumableCSVLogger, csv_version
 from grpo_lightning.runtime.logging_setup import quiet_console
 from grpo_lightning.runtime.resume_check import check_before_loading, config_record
 from grpo_lightning.runtime.run_lock import RunLock, lock_run_folder
+from grpo_lightning.runtime.step_estimate import episode_step_seconds, estimate_line, time_forward
 from grpo_lightning.step.module import GRPOModule
 from grpo_lightning.tasks import source_weights, task_records, task_scorer
 from grpo_lightning.tasks.base import checked
@@ -110,7 +113,8 @@ def build_datamodule(cfg: TrainConfig, records: tuple[list[dict], list[dict]] | 
     # where it names the source best (task=dataset: the file's row; generated tasks: the task).
     # ``records``: (train, val) given as objects to build_run, already vetted.
     train, val = records if records is not None else task_records(cfg.task, prompt_check(cfg))
-    if cfg.task.correctness_reward is None:  # nothing defines "correct": no held-out evaluation
+    episodes = isinstance(cfg.task.promoted(), EpisodeTaskConfig)  # held-out episodes: val/reward, val/success
+    if cfg.task.correctness_reward is None and not episodes:  # nothing defines "correct": no held-out evaluation
         val = []
     batches = -(-cfg.trainer.max_steps // cfg.algorithm.num_iterations)
     lookahead = cfg.rollout.max_staleness if cfg.rollout.mode == "async" else 0
@@ -123,6 +127,7 @@ def build_datamodule(cfg: TrainConfig, records: tuple[list[dict], list[dict]] | 
         val_batch_size=cfg.eval.batch_size,
         lookahead=lookahead,
         source_weights=source_weights(cfg.task),
+        needs_prompts=not episodes,
     )
 
 
@@ -286,6 +291,11 @@ def build_run(
         rollout.episodes = EpisodeRollout.from_task(
             task, tokenizer, r.max_new_tokens, context, datamodule.train_records[0], cfg.model.name_or_path
         )
+        prompt = check_environment(
+            rollout.episodes, datamodule.train_records, datamodule.val_records, task.environment, context
+        )
+        if r.engine == "hf" and (cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available()):
+            say_step_estimate(policy, len(tokenizer), r.prompts_per_step * r.num_generations, prompt, task.max_turns, r)
     if isinstance(rollout, PipelineRolloutGenerator):
         pipeline_inputs(rollout, datamodule, cfg)
     elif r.dynamic_sampling:
@@ -299,6 +309,11 @@ def build_run(
         eval_pass_k=cfg.eval.pass_k,
         auto_checkpointing=checkpointing_mode(cfg.model.gradient_checkpointing) == "auto",
     )
+    if rollout.episodes is not None:
+        e = cfg.eval
+        module.evaluator = EpisodeEvaluator(
+            rollout, e.greedy, e.samples_per_row, e.max_new_tokens, task.success_info, task.success_reward
+        )
     if cfg.model.compile:
         compile_training_models(module)
     callbacks: list[L.Callback] = [TrainingSummary(), *callbacks]
@@ -333,6 +348,15 @@ def pipeline_inputs(rollout: PipelineRolloutGenerator, datamodule: PromptDataMod
     rollout.streams = lambda rank, world: PromptStream(records, lambda: datamodule.train_sampler(rank, world), per_step)
     rollout.budget_batches = datamodule.num_batches
     rollout.filter_tied = cfg.rollout.dynamic_sampling
+
+
+def say_step_estimate(policy, vocab: int, episodes: int, prompt: int, turns: int, r) -> None:
+    """The start-up line when an episode step would take minutes on this CPU (runtime/step_estimate.py)."""
+    token_s, pass_s = time_forward(policy, vocab)
+    seconds = episode_step_seconds(token_s, pass_s, episodes, prompt, turns, r.max_new_tokens)
+    line = estimate_line(seconds, episodes, prompt, turns, r.max_new_tokens)
+    if line is not None:
+        rank_zero_info(line)
 
 
 def _context(policy) -> int | None:

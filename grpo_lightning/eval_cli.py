@@ -4,7 +4,8 @@ The same overrides as ``grpo-lightning`` (the task, its sources, ``eval.*``, the
 compose the run; the policy's weights then come from ``eval.checkpoint``: an exported Hugging
 Face folder (``<output_dir>/hf/final``), a resumable ``.ckpt`` file, or a run's output folder
 (its ``hf/final``, else its newest checkpoint). It prints one row per source (task=mixed) and
-one for all held-out prompts: accuracy, score, pass@k, mean length. docs/evaluation.md.
+one for all held-out prompts: accuracy, score, pass@k, mean length; for an episode task the
+held-out episodes' reward, success, turns, tool calls and stop reasons. docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ import torch
 from grpo_lightning.cli_errors import run_cli
 from grpo_lightning.config import TrainConfig
 from grpo_lightning.config.compose import compose
+from grpo_lightning.environments.limits import EpisodeTaskConfig
 from grpo_lightning.errors import CheckpointError
 from grpo_lightning.runtime.checkpoints import checkpoints_in
 
 FIELD = "eval.checkpoint"
-COLUMNS = ("accuracy", "score", "pass@", "mean_length")
+COLUMNS = ("accuracy", "score", "reward", "success", "pass@", "turns", "tool_calls", "mean_length")
+GROUPS = ("stop",)  # val/stop/<reason>: the episodes' stop reasons, not a source
 
 
 def resolve(path: str | None) -> tuple[str, Path]:
@@ -82,6 +85,9 @@ def evaluation_config(cfg: TrainConfig) -> tuple[TrainConfig, str, Path]:
         model=model,
         logger=replace(cfg.logger, kind="none"),
         trainer=replace(cfg.trainer, output_dir=scratch, resume=None),
+        # No training step: a data set smaller than the training batch evaluates too.
+        rollout=replace(cfg.rollout, prompts_per_step=1),
+        algorithm=replace(cfg.algorithm, micro_batch_size="auto"),
     )
     return cfg, kind, where
 
@@ -92,7 +98,7 @@ def evaluate(cfg: TrainConfig) -> dict[str, float]:
 
     cfg, kind, where = evaluation_config(cfg)
     try:
-        if cfg.task.correctness_reward is None:
+        if cfg.task.correctness_reward is None and not isinstance(cfg.task.promoted(), EpisodeTaskConfig):
             raise CheckpointError(
                 "task.correctness_reward is null: nothing defines correct, so there is nothing to evaluate"
             )
@@ -123,7 +129,8 @@ def evaluate(cfg: TrainConfig) -> dict[str, float]:
 def table(metrics: dict[str, float]) -> str:
     """One row per source (in the order logged) and ``all``; columns the metrics present."""
     sources = list(dict.fromkeys(k.split("/")[1] for k in metrics if k.count("/") == 2))
-    present = {k.rsplit("/", 1)[1] for k in metrics if k.startswith("val/")}
+    sources = [s for s in sources if s not in GROUPS]
+    present = {k.rsplit("/", 1)[1] for k in metrics if k.startswith("val/") and k.split("/")[1] not in GROUPS}
     columns = ["prompts"] + [c for start in COLUMNS for c in sorted(present) if c.startswith(start)]
     rows = [(s, f"val/{s}/") for s in sources] + [("all", "val/")]
     width = max(len(name) for name, _ in rows) + 2
@@ -131,6 +138,9 @@ def table(metrics: dict[str, float]) -> str:
     for name, prefix in rows:
         cells = [metrics.get(prefix + c) for c in columns]
         lines.append(name.ljust(width) + "".join(_cell(c) for c in cells))
+    stops = {k.rsplit("/", 1)[1]: v for k, v in metrics.items() if k.startswith("val/stop/") and v}
+    if stops:  # episode tasks: why the held-out episodes ended (shares)
+        lines.append("stop reasons: " + ", ".join(f"{reason} {share:.0%}" for reason, share in stops.items()))
     return "\n".join(lines)
 
 

@@ -2,7 +2,8 @@
 
 Why: a reward curve says *that* the policy changed, a table says *how* (formatting tricks,
 reward hacking, repetition). One row per completion: step, prompt, completion, each reward
-function's score, the total reward and the group-relative advantage the step trained on.
+function's score, the total reward and the group-relative advantage the step trained on; for an
+episode task also its turns, each with the mask the loss used, its stop reason and turn count.
 """
 
 from __future__ import annotations
@@ -10,23 +11,30 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.loggers import WandbLogger
 
+from grpo_lightning.environments.transcripts import turns_text
+
 
 def completion_rows(rollout, advantages, max_rows: int) -> tuple[list[str], list[list]]:
-    """Columns and rows of one table (the first ``max_rows`` completions, whole groups first)."""
+    """Columns and rows of one table (the first ``max_rows`` completions, whole groups first); an
+    episode's row adds its turns (``[role mask] text`` per turn), stop reason and turn count."""
     names = list(rollout.reward_components)
     columns = ["step", "prompt", "completion", *[f"reward/{n}" for n in names], "reward", "advantage"]
+    episodes = getattr(rollout, "episodes", None) or []
+    if episodes:
+        columns += ["turns", "stop_reason", "num_turns"]
     rows = []
     for i in range(min(max_rows, rollout.num_sequences)):
-        rows.append(
-            [
-                rollout.step,
-                rollout.prompts[i] if rollout.prompts else "",
-                rollout.completions[i] if rollout.completions else "",
-                *[float(rollout.reward_components[n][i]) for n in names],
-                float(rollout.rewards[i]),
-                float(advantages[i]),
-            ]
-        )
+        row = [
+            rollout.step,
+            rollout.prompts[i] if rollout.prompts else "",
+            rollout.completions[i] if rollout.completions else "",
+            *[float(rollout.reward_components[n][i]) for n in names],
+            float(rollout.rewards[i]),
+            float(advantages[i]),
+        ]
+        if episodes:
+            row += [turns_text(episodes[i]), episodes[i]["stop_reason"], episodes[i]["num_turns"]]
+        rows.append(row)
     return columns, rows
 
 

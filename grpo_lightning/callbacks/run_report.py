@@ -4,11 +4,14 @@ At every checkpoint and when the run ends (the final evaluation included) it wri
 
 - ``report.png``: reward (mean, per function), KL, entropy, completion length, held-out
   accuracy, step time, the learning rate, and the health alerts as red lines at their steps;
-- ``summary.json``: final and best metrics, steps, tokens, wall time, alerts, and where the
-  model, checkpoints, metrics and log are (the CLI prints these places as its last lines);
+- ``summary.json``: final and best metrics, the first and last held-out evaluation (``held_out``:
+  before and after), steps, tokens, wall time, alerts, and where the model, checkpoints, metrics
+  and log are (the CLI prints these places as its last lines);
 - ``completions.jsonl``: every ``every_n_steps`` generation batches, sample prompts and
   completions with each reward function's score, the total and the advantage (the wandb
-  completions table's content, appended), with the columns reward functions gave ``log_extra``.
+  completions table's content, appended), with the columns reward functions gave ``log_extra``;
+  an episode's line holds its turns (role, text, tokens, loss_mask; log-prob sums and tool calls with
+  their outcomes on the model's turns), stop reason, turn count, tool outcomes, rewards and info.
 
 It only observes (global rank zero writes), and keeps its history in the checkpoint, so a
 resumed run's report covers the whole run.
@@ -30,9 +33,9 @@ from grpo_lightning.callbacks.report_plot import draw_report
 
 REPORT, SUMMARY, SAMPLES = "report.png", "summary.json", "completions.jsonl"
 # The step metrics the report keeps per step (a prefix ends with "/"): what the picture and the summary read.
-KEPT = ("reward/", "kl/", "policy/entropy", "completions/", "train/", "num_tokens")
+KEPT = ("reward/", "kl/", "policy/entropy", "completions/", "train/", "num_tokens", "rollout/episodes/")
 # Best values the summary names, and whether higher is better.
-BEST = {"reward/mean": True, "val/accuracy": True, "kl/mean": False}
+BEST = {"reward/mean": True, "val/accuracy": True, "val/reward": True, "val/success": True, "kl/mean": False}
 
 
 def _clean(value):
@@ -143,6 +146,8 @@ class RunReport(L.Callback):
                 record["rewards"] = {c.split("/", 1)[1]: _clean(record.pop(c)) for c in functions}
                 # TRL's log_extra columns, each beside the completion it describes (prefixed on a clash)
                 record.update({(f"log_extra/{c}" if c in record else c): v[i] for c, v in extra.items()})
+                if getattr(rollout, "episodes", None):  # the turns as data: role, text, tokens, loss_mask, ...
+                    record.update(rollout.episodes[i])
                 line = json.dumps({k: _clean(v) for k, v in record.items()}, ensure_ascii=False, default=str)
                 handle.write(line + "\n")
         self.samples_written += len(rows)
@@ -186,6 +191,7 @@ class RunReport(L.Callback):
             "wall_seconds": round(self.wall_seconds(), 1),
             "final": final,
             "best": best,
+            "held_out": before_after(self.validations),
             "alerts": alerts,
             "outputs": self.outputs(trainer),
         }
@@ -210,6 +216,14 @@ class RunReport(L.Callback):
         if (out / "train.log").exists():
             places["log"] = out / "train.log"
         return {k: str(v) for k, v in places.items()}
+
+
+def before_after(validations: list[dict]) -> dict:
+    """The first and the last held-out evaluation (before and after training when eval.before_training)."""
+    if not validations:
+        return {}
+    first, last = validations[0], validations[-1]
+    return {"before": dict(first), "after": dict(last)}
 
 
 def output_lines(summary: dict) -> list[str]:

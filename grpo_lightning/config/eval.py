@@ -1,4 +1,5 @@
-"""``eval.*``: the held-out evaluation (val/accuracy, greedy, and val/pass@k)."""
+"""``eval.*``: the held-out evaluation (val/accuracy, greedy, and val/pass@k; episode tasks: val/reward,
+val/success, val/turns, ... of held-out episodes, docs/environments.md)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ class EvalConfig(Schema):
     pass_k: int = option(
         0, "Also sample k completions per prompt (rollout temperature) and log val/pass@k; 0 only decodes greedily."
     )
+    greedy: bool = option(
+        True, "Episode tasks: play held-out episodes greedily (top_k=1); false samples at rollout.temperature."
+    )
+    samples_per_row: int = option(
+        1, "Episode tasks: episodes played per held-out row, each with its own fixed seed; > 1 adds val/pass@k."
+    )
     checkpoint: Optional[str] = option(
         None,
         "grpo-lightning-eval only: the policy to evaluate, an hf/final folder, a .ckpt file or a run's output folder.",
@@ -37,6 +44,7 @@ class EvalConfig(Schema):
         check(problems, self.num_prompts >= 0, f"{p}num_prompts={self.num_prompts} must be >= 0")
         check(problems, self.batch_size >= 1, f"{p}batch_size={self.batch_size} must be >= 1")
         check(problems, self.pass_k >= 0, f"{p}pass_k={self.pass_k} must be >= 0 (0 = greedy only)")
+        check(problems, self.samples_per_row >= 1, f"{p}samples_per_row={self.samples_per_row} must be >= 1")
         check(
             problems,
             self.max_new_tokens is None or self.max_new_tokens >= 1,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -78,6 +78,9 @@ class TaskConfig(Schema):
     )
     reward_modules: list[str] = option(
         [], "Files or modules of reward functions: task.rewards names their top-level functions, plain or TRL-style."
+    )
+    model_defaults: dict[str, Any] = option(
+        {}, "Defaults this task brings per model: {model.name_or_path: {dotted.key: value}}, applied where not set."
     )
 
     def promoted(self) -> TaskConfig:

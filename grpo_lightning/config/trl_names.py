@@ -198,6 +198,12 @@ TRL_NAMES: dict[str, TrlName] = {
         "task.truncate_prompts=true keeps its last tokens.",
         fix=lambda v: "",
     ),
+    "max_tool_calling_iterations": TrlName(
+        "task.max_turns",
+        "TRL counts the tool-call rounds after the first turn; ours counts the model's turns (episode tasks: each "
+        "turn may call tools), so N rounds are task.max_turns=N+1 (docs/trl_migration.md#multi-turn-and-tools).",
+        fix=lambda v: f"task.max_turns={int(v) + 1}" if str(v).isdigit() else "task.max_turns=<rounds + 1>",
+    ),
     "warmup_ratio": TrlName("algorithm.warmup_steps", "Warm-up is in steps only.", fix=lambda v: ""),
     "num_train_epochs": TrlName("trainer.max_steps", "Runs are counted in optimizer steps.", fix=lambda v: ""),
     "per_device_eval_batch_size": TrlName("eval.batch_size", "Held-out prompts per batch.", fix=lambda v: ""),

@@ -39,10 +39,11 @@ class PromptDataModule(L.LightningDataModule):
         lookahead: int = 0,
         val_batch_size: int | None = None,
         source_weights: dict[str, float] | None = None,
+        needs_prompts: bool = True,
     ):
         super().__init__()
         missing = [i for i, r in enumerate(train_records) if "prompt" not in r]
-        if missing:
+        if missing and needs_prompts:  # (episode tasks hand their rows to the environment as they are)
             raise ValueError(f"records {missing[:5]} have no 'prompt' field; every record needs one")
         if len(train_records) < prompts_per_step:
             raise ConfigError(

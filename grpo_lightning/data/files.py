@@ -16,14 +16,24 @@ from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.data.rows import check_text_file
 from grpo_lightning.errors import ConfigError, DataError
 
-__all__ = ["BUILDERS", "ROLES", "DataError", "check_prompts", "max_prompt_tokens", "prompt_check", "read_records"]
+__all__ = [
+    "BUILDERS",
+    "ROLES",
+    "DataError",
+    "check_prompts",
+    "max_prompt_tokens",
+    "prompt_check",
+    "read_records",
+    "unencodable",
+]
 
 BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 ROLES = ("system", "user", "assistant")
 
 
-def read_records(path: str, field: str, prompt_column: str) -> list[dict]:
-    """The rows of ``path`` as dicts, with the prompt under ``"prompt"``."""
+def read_records(path: str, field: str, prompt_column: str | None) -> list[dict]:
+    """The rows of ``path`` as dicts, with the prompt under ``"prompt"`` (``prompt_column`` None: the rows
+    as they are, for an environment to read)."""
     import datasets  # noqa: PLC0415  (pyarrow and pandas: only when a prompt file is read, not while composing)
 
     source = Path(path).expanduser()
@@ -53,6 +63,8 @@ def read_records(path: str, field: str, prompt_column: str) -> list[dict]:
                 data = datasets.load_dataset(builder, data_files=str(source), split="train")
         except Exception as err:
             raise DataError(f"{field}={path!r} could not be read as {builder}: {type(err).__name__}: {err}") from err
+    if prompt_column is None:
+        return data.to_list()
     if prompt_column not in data.column_names:
         raise DataError(
             f"{field}={path!r} has no column {prompt_column!r} (task.prompt_column); its columns are "
@@ -102,20 +114,18 @@ def check_prompts(records: list[dict], formatter, max_prompt_tokens: int, source
     with ``truncate`` count the long ones instead (the formatter cuts them). Returns that count."""
     tokenizer = formatter.tokenizer
     too_long = 0
-    unk = tokenizer.unk_token_id
     char_ok: dict[str, bool] = {}
     for row, record in enumerate(records):
         prompt = record["prompt"]
         texts = [prompt] if isinstance(prompt, str) else [m["content"] for m in prompt]
-        if unk is not None:
-            bad = sorted({c for text in texts for c in text if not _encodable(tokenizer, c, unk, char_ok)})
-            if bad:
-                raise DataError(
-                    f"{source} row {row}: the tokenizer cannot encode the characters {bad} of prompt "
-                    f"{_short(prompt)} (it would turn them into {tokenizer.unk_token!r}); remove them from "
-                    f"the data or use a model whose tokenizer has them (the tiny model's alphabet is "
-                    f"model.tiny.alphabet)"
-                )
+        bad = unencodable(tokenizer, texts, char_ok)
+        if bad:
+            raise DataError(
+                f"{source} row {row}: the tokenizer cannot encode the characters {bad} of prompt "
+                f"{_short(prompt)} (it would turn them into {tokenizer.unk_token!r}); remove them from "
+                f"the data or use a model whose tokenizer has them (the tiny model's alphabet is "
+                f"model.tiny.alphabet)"
+            )
         try:
             length = len(formatter.untruncated(prompt))
         except ValueError as err:  # e.g. chat messages for a tokenizer without a chat template
@@ -129,6 +139,14 @@ def check_prompts(records: list[dict], formatter, max_prompt_tokens: int, source
             )
         too_long += length > max_prompt_tokens
     return too_long
+
+
+def unencodable(tokenizer, texts, cache: dict[str, bool] | None = None) -> list[str]:
+    """The characters of ``texts`` the tokenizer turns into its unknown token, sorted (none without one)."""
+    unk, cache = tokenizer.unk_token_id, {} if cache is None else cache
+    if unk is None:
+        return []
+    return sorted({c for text in texts for c in text if not _encodable(tokenizer, c, unk, cache)})
 
 
 def _encodable(tokenizer, char: str, unk: int, cache: dict[str, bool]) -> bool:

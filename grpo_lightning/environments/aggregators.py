@@ -1,7 +1,8 @@
 """How an episode's per-step environment rewards become one reward (``task.reward_aggregator``).
 
 Each entry takes ``(step_rewards, final_reward)``: every reward the environment gave, in order,
-and the reward of the step that ended the episode (None when a limit ended it). Register your
+and the reward of the step that ended the episode (when a limit ended it: the environment's
+``on_truncated`` reward, else None). Register your
 own with ``@REWARD_AGGREGATORS.register("name")`` in a ``plugins=[...]`` file.
 """
 
@@ -24,5 +25,5 @@ def mean(step_rewards: list[float], final_reward: float | None) -> float:
 
 @REWARD_AGGREGATORS.register("final")
 def final(step_rewards: list[float], final_reward: float | None) -> float:
-    """Only the reward of the step that ended the episode (0 when a limit ended it)."""
+    """Only the reward of the step that ended the episode (a limit ended it: on_truncated's reward, else 0)."""
     return 0.0 if final_reward is None else float(final_reward)

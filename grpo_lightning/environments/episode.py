@@ -44,6 +44,7 @@ from grpo_lightning.environments.limits import (
     EpisodeLimits,
 )
 from grpo_lightning.environments.render import ChatRenderer
+from grpo_lightning.environments.truncation import reward_at_limit
 from grpo_lightning.rollout.engine import Completion, GenerationRequest, RolloutEngine, Sampling
 
 ToolParser = Callable[[str], tuple[list[dict[str, Any]], list[str]]]
@@ -75,6 +76,7 @@ class Episode:
     turn_seeds: list[int] = field(default_factory=list)
     step_rewards: list[float] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)  # the environment's, merged over the episode
+    step_infos: list[dict[str, Any]] = field(default_factory=list)  # each step's own info (transcripts, outcomes)
     stop_reason: str = ""
     error: str = ""  # a failure's message: the environment's name, the call, the exception and where it was raised
     error_type: str = ""  # env_error: the exception's type
@@ -237,6 +239,7 @@ class EpisodeRunner:
         try:
             env = made(self.make_env, row, self.env_name)  # a UserError (the user's configuration) ends the run
             await asyncio.wait_for(self._play(env, row, episode, batcher), self.limits.episode_timeout_s)
+            await reward_at_limit(env, episode, self._env_call, self.env_name)  # the environment's on_truncated hook
         except TimeoutError:
             episode.stop_reason = EPISODE_TIMEOUT
             timeout = self.limits.episode_timeout_s
@@ -279,6 +282,7 @@ class EpisodeRunner:
             )
             episode.messages.extend(step.messages)
             episode.info.update(step.info)
+            episode.step_infos.append(dict(step.info))
             if step.reward is not None:
                 episode.step_rewards.append(float(step.reward))
             if step.done:

@@ -96,6 +96,16 @@ class EpisodeTaskConfig(TaskConfig):
         AUTO,
         "How the model writes tool calls: a TOOL_PARSERS name; auto: chosen from the template/model, printed at start.",
     )
+    # Hydra's structured configs take Optional, not "str | None".
+    correctness_reward: Optional[str] = option(  # noqa: UP045
+        None, "Episode tasks: null (held-out episodes report val/success: task.success_info or task.success_reward)."
+    )
+    success_info: str = option(
+        "success", "The key of the environment's info whose true value means the episode succeeded (val/success)."
+    )
+    success_reward: Optional[str] = option(  # noqa: UP045
+        None, "A reward of task.rewards whose score >= 1 means success (val/success) in place of the info; null: info."
+    )
 
     def check_fields(self, p: str) -> list[str]:
         problems = super().check_fields(p)
@@ -118,10 +128,26 @@ def episode_problems(cfg: TrainConfig) -> list[str]:
     """What episodes do not run with (yet): dynamic sampling, single-turn evaluation. (rollout.mode=async plays
     the next steps' episodes in the background: docs/environments.md.)"""
     task = cfg.task.promoted()
-    if not isinstance(task, EpisodeTaskConfig):
-        return []
     problems: list[str] = []
+    if not isinstance(task, EpisodeTaskConfig):
+        single = f"task={task.name} is single-turn: its held-out prompts are decoded greedily (and eval.pass_k)"
+        check(problems, cfg.eval.greedy, f"eval.greedy=false: {single}; set eval.pass_k to sample")
+        check(problems, cfg.eval.samples_per_row == 1, f"eval.samples_per_row={cfg.eval.samples_per_row}: {single}")
+        return problems
     why = f"task={task.name} plays episodes in an environment"
+    k = cfg.eval.pass_k
+    check(
+        problems,
+        k == 0,
+        f"eval.pass_k={k}: {why}; sample k held-out episodes per row with eval.greedy=false eval.samples_per_row={k} "
+        f"(val/pass@{k})",
+    )
+    check(
+        problems,
+        task.success_reward is None or task.success_reward in task.rewards,
+        f"task.success_reward={task.success_reward!r} is not in task.rewards {sorted(task.rewards)}; name one of them "
+        "(or null: the environment's info says success)",
+    )
     check(problems, not cfg.rollout.dynamic_sampling, f"rollout.dynamic_sampling=true: {why}; set it false")
     check(
         problems,

@@ -8,7 +8,9 @@ step, prompt), each sampling from its own seed (run seed, rank, step, prompt, sa
 
 The batch's per-episode metrics go out as ``rollout/episodes/*`` (in ``RolloutBatch.timing``,
 which the module logs and the episode health checks read): turns, tool calls, parse errors,
-sampled and environment tokens, failures, and the count of each stop reason.
+sampled and environment tokens, failures, the count of each stop reason, and the tools' outcome
+kinds (``environments/outcomes.py``). Each episode also goes into the batch turn by turn
+(``RolloutBatch.episodes``, ``environments/transcripts.py``): completions.jsonl and the wandb table.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -25,9 +28,12 @@ from grpo_lightning.environments import aggregators, rewards  # noqa: F401  (reg
 from grpo_lightning.environments.base import ENVIRONMENTS, REWARD_AGGREGATORS, TOOL_PARSERS, Environment
 from grpo_lightning.environments.episode import Episode, EpisodeRunner, ToolParser
 from grpo_lightning.environments.limits import DONE, STOP_REASONS, EpisodeLimits
+from grpo_lightning.environments.outcomes import outcome_metrics
 from grpo_lightning.environments.parsers import AUTO
 from grpo_lightning.environments.render import ChatRenderer
 from grpo_lightning.environments.template_checks import resolve_chat_template, startup_report
+from grpo_lightning.environments.transcripts import episode_record
+from grpo_lightning.environments.truncation import INFO as TRUNCATED_REWARD
 from grpo_lightning.records import Completion, RolloutBatch
 from grpo_lightning.rewards.scorer import RewardState
 from grpo_lightning.rollout.seeding import group_seeds, sample_seed
@@ -141,7 +147,33 @@ class EpisodeRollout:
 
     def env_reward(self, episode: Episode) -> float:
         final = episode.step_rewards[-1] if episode.stop_reason == DONE and episode.step_rewards else None
+        final = episode.info.get(TRUNCATED_REWARD, final)  # a limit ended it: the environment's on_truncated
         return float(self.aggregate(list(episode.step_rewards), final))
+
+    def score(
+        self, scorer: Any, rows: list[dict], episodes: list[Episode], completion_ids: list[list[int]], step: int
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The weighted reward of each episode (``rows[i]`` the row episode i played), TRL-style: the first
+        messages as prompts, the rest as completions; a failed episode gets ``failed_reward``."""
+        fields = {key: [row.get(key) for row in rows] for key in rows[0] if key != "prompt"}
+        fields.update(
+            env_reward=[self.env_reward(e) for e in episodes],
+            messages=[e.messages for e in episodes],
+            info=[e.info for e in episodes],
+            stop_reason=[e.stop_reason for e in episodes],
+            num_turns=[e.num_turns for e in episodes],
+            max_new_tokens=[self.limits.horizon()] * len(episodes),
+        )
+        prompts = [e.messages[: e.num_prompt_messages] for e in episodes]
+        total, components = scorer(
+            prompts,
+            [e.completion_messages for e in episodes],
+            fields,
+            completion_ids=completion_ids,
+            trainer_state=RewardState(global_step=step),
+        )
+        failed = torch.tensor([e.failed for e in episodes], dtype=torch.bool)
+        return torch.where(failed, torch.full_like(total, self.failed_reward), total), components
 
     def assemble(
         self,
@@ -167,26 +199,9 @@ class EpisodeRollout:
         prompts_ids = [e.prompt_ids or [pad] for e in episodes]
         prompt_ids, prompt_mask = RolloutBatch.pad_prompts(prompts_ids, pad)
         completion_ids, completion_mask, finished, logprobs = RolloutBatch.pad_completions(completions, pad)
-        fields = {key: [row.get(key) for row in rows] for key in records[0] if key != "prompt"}
-        fields.update(
-            env_reward=[self.env_reward(e) for e in episodes],
-            messages=[e.messages for e in episodes],
-            info=[e.info for e in episodes],
-            stop_reason=[e.stop_reason for e in episodes],
-            num_turns=[e.num_turns for e in episodes],
-            max_new_tokens=[self.limits.horizon()] * n,
-        )
-        prompts = [e.messages[: e.num_prompt_messages] for e in episodes]
-        total, components = generator.scorer(
-            prompts,
-            [e.completion_messages for e in episodes],
-            fields,
-            completion_ids=[c.token_ids for c in completions],
-            trainer_state=RewardState(global_step=step),
-        )
-        failed = torch.tensor([e.failed for e in episodes], dtype=torch.bool)
+        total, components = self.score(generator.scorer, rows, episodes, [c.token_ids for c in completions], step)
+        env_rewards = [self.env_reward(e) for e in episodes]
         versions = [c.weight_version for c in completions if c.weight_version is not None]
-        total = torch.where(failed, torch.full_like(total, self.failed_reward), total)
         timing = {
             "rollout/seconds": seconds,
             "rollout/tokens_per_s": sum(e.sampled_tokens for e in episodes) / max(seconds, 1e-9),
@@ -204,12 +219,18 @@ class EpisodeRollout:
             temperature=generator.sampling.temperature,
             step=step,
             reward_components=components,
+            reward_metrics=generator.scorer.last_logs.metrics,  # what the rewards gave log_metric / log_extra
+            reward_extra=generator.scorer.last_logs.extra,
             finished=finished,
             engine_logprobs=logprobs,
             prompts=tokenizer.batch_decode(prompts_ids),
             completions=tokenizer.batch_decode([c.token_ids for c in completions]),
             timing=timing,
             episode_ids=torch.arange(n),
+            episode_limits=asdict(self.limits),  # what the health checks name when a limit cuts
+            episodes=[
+                episode_record(e, c, tokenizer, r) for e, c, r in zip(episodes, completions, env_rewards, strict=True)
+            ],
             weight_version=min(versions) if versions else None,
             **RolloutBatch.pad_token_fields(completions),
         )
@@ -248,4 +269,4 @@ def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
     }
     for reason in STOP_REASONS:
         metrics[f"{METRICS}stop/{reason}"] = float(sum(e.stop_reason == reason for e in episodes))
-    return metrics
+    return {**metrics, **outcome_metrics(episodes)}  # tool outcome kinds, close errors, abandoned threads

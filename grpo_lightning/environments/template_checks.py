@@ -83,6 +83,8 @@ class TemplateReport:
     renders_tools: bool | None  # None: no tools to render
     missing_tools: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    tools_in_prompt: bool = False  # the environment describes its tools in the system prompt (no tools=)
+    plain: bool = False  # no chat template: contents joined as they are (nothing re-renders them at inference)
 
     @property
     def prefix_preserving(self) -> bool:
@@ -90,15 +92,26 @@ class TemplateReport:
 
     def lines(self) -> list[str]:
         """The lines to print at start."""
-        if self.renders_tools is False:
+        if self.renders_tools is False and self.plain:
+            head = (
+                "chat template: none, so the model is not shown the tools (tools= need a template that renders "
+                "them; the tiny model cannot write a call: docs/environments.md#the-tiny-models-limits)"
+            )
+        elif self.renders_tools is False:
             head = (
                 f"chat template: does not render the tools ({', '.join(self.missing_tools)} missing from a render "
                 "with tools=); use the shipped template (chat_template_override=chatml_tools) or describe the tools "
                 "in the system prompt"
             )
+        elif self.renders_tools:
+            head = "chat template: renders the tools"
+        elif self.tools_in_prompt:
+            head = "chat template: the tools are described in the system prompt (none passed as tools=)"
         else:
-            head = "chat template: renders the tools" if self.renders_tools else "chat template: no tools offered"
+            head = "chat template: no tools offered"
         tail = ["chat template: each turn extends the last as a prefix"] if self.prefix_preserving else []
+        if self.plain:
+            tail = ["chat template: none (the tokenizer has none: message contents are joined as they are)"]
         return [head, *tail, *(f"chat template differs from inference: {p}" for p in self.problems)]
 
 
@@ -119,8 +132,11 @@ def warn_once(report: TemplateReport) -> list[str]:
     return new
 
 
-def check_chat_template(renderer: ChatRenderer, tools: list[dict[str, Any]] | None = None) -> TemplateReport:
-    """Check that ``renderer``'s template renders ``tools`` and that scripted episodes accumulate to a full render."""
+def check_chat_template(
+    renderer: ChatRenderer, tools: list[dict[str, Any]] | None = None, probes: tuple[str, ...] | None = None
+) -> TemplateReport:
+    """Check that ``renderer``'s template renders ``tools`` and that scripted episodes (``probes``, names of
+    :data:`PROBES`; None: all) accumulate to a full render."""
     report = TemplateReport(renders_tools=None)
     if tools:
         probe = [{"role": "user", "content": "hello"}]
@@ -128,6 +144,8 @@ def check_chat_template(renderer: ChatRenderer, tools: list[dict[str, Any]] | No
         report.missing_tools = [t["function"]["name"] for t in tools if t["function"]["name"] not in text]
         report.renders_tools = not report.missing_tools and text != renderer.render(probe, None, True)
     for name, (first, turns) in PROBES.items():
+        if probes is not None and name not in probes:
+            continue
         problem = compare_with_render(renderer, first, turns, tools or None)
         if problem:
             report.problems.append(f"after {name}, {problem}")
@@ -216,11 +234,27 @@ class ToolsInSystemPrompt:
     async def close(self) -> None:
         await call_maybe_async(self.env.close)
 
+    def __getattr__(self, name: str) -> Any:  # the optional members (max_turns, on_truncated) of the wrapped one
+        if name == "env":
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
 
 def offered_tools(make_env: Any, row: dict[str, Any], name: str = "", timeout_s: float | None = None) -> list[dict]:
     """The tools one environment offers after a reset on ``row`` (under the step limit; one that fails,
     hangs or returns something wrong is a one-line error naming it: ``environments/calls.py``)."""
     return list(first_reset(make_env, row, name, timeout_s).tools)
+
+
+def applicable_probes(renderer: ChatRenderer, uses_tools: bool) -> tuple[str, ...]:
+    """The scripted episodes that can show a difference this run would meet: a tool reply only where the
+    environment has tools, a thinking block only where the template or the vocabulary knows ``<think>``;
+    none without a chat template (nothing re-renders plain contents at inference)."""
+    if renderer.plain:
+        return ()
+    vocab = getattr(renderer.tokenizer, "get_vocab", dict)()
+    thinks = "<think>" in renderer.chat_template or "<think>" in vocab
+    return tuple(name for name, keep in (("a tool reply", uses_tools), ("a user reply after thinking", thinks)) if keep)
 
 
 def startup_report(
@@ -234,9 +268,16 @@ def startup_report(
 ) -> tuple[str | None, list[str]]:
     """What to print before the first step of a task played in an environment: the tool-call parser
     (configured, or chosen from the template and the model's name) and the template check over the
-    tools one environment offers. Warns once about each template difference. Returns (parser, lines)."""
-    tools = offered_tools(make_env, row, env_name, timeout_s) or None
-    parser, line = choose_tool_parser(tool_parser or AUTO, model_name, renderer.chat_template)
-    report = check_chat_template(renderer, tools)
+    tools one environment offers (no parser when it offers none and none is configured). Warns once about
+    each template difference that this run can meet. Returns (parser or None, lines)."""
+    reset = first_reset(make_env, row, env_name, timeout_s)
+    tools = list(reset.tools) or None
+    in_prompt = bool(reset.info.get("tools_in_system_prompt"))
+    if (tool_parser or AUTO) == AUTO and not tools and not in_prompt:
+        parser, line = None, "tool-call parser: none (the environment offers no tools; task.tool_parser parses anyway)"
+    else:
+        parser, line = choose_tool_parser(tool_parser or AUTO, model_name, renderer.chat_template)
+    report = check_chat_template(renderer, tools, applicable_probes(renderer, bool(tools) or in_prompt))
+    report.tools_in_prompt, report.plain = in_prompt, renderer.plain
     warn_once(report)
     return parser, [line, *report.lines()]

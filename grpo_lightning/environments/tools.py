@@ -5,7 +5,8 @@ chat template shows the model) comes from ``transformers.utils.get_json_schema``
 arguments are validated against that schema (``jsonschema``) before the function runs. Nothing a
 tool call does is raised: an unparsable call, an unknown tool, arguments of the wrong type, an
 exception inside the tool, a timeout or too long an output each become a ``role: tool`` message
-the model reads on its next turn, and each is counted in the step's ``info`` by kind.
+the model reads on its next turn, and each is counted in the step's ``info`` by kind
+(``tool_error_kinds``; ``tool_outcomes`` names each call's outcome, ``ok`` or its kind).
 
 The episode ends on a turn without any tool call (the final answer), scored by ``reward``.
 Limits (:class:`ToolLimits`): calls per turn, output tokens per call (truncate, drop or end the
@@ -101,6 +102,15 @@ def coerce(arguments: dict[str, Any], parameters: dict[str, Any]) -> dict[str, A
     return out
 
 
+def _kind(counts: Counter) -> str:
+    """A call's outcome: its error kind (``exception``, ``output_too_long``, ...) or ``ok``."""
+    return next((kind[6:] for kind in counts if kind.startswith("error/")), "ok")
+
+
+def _outcome(call: dict[str, Any], kind: str) -> dict[str, Any]:
+    return {"name": call.get("name"), "arguments": call.get("arguments"), "outcome": kind}
+
+
 class ToolEnvironment:
     """An :class:`~grpo_lightning.environments.base.Environment` whose actions are tool calls.
 
@@ -159,13 +169,20 @@ class ToolEnvironment:
             return self._finish(Step(reward=reward, done=True, info={"stop_reason": "answer"}), counts)
         limit = self.limits.max_calls_per_turn
         run, refused = (calls, []) if limit is None else (calls[:limit], calls[limit:])
-        results = await asyncio.gather(*(self._call(call, counts) for call in run))
+        each = [Counter() for _ in run]  # one call's counts: its outcome for the transcript
+        results = await asyncio.gather(*(self._call(call, c) for call, c in zip(run, each, strict=True)))
+        for c in each:
+            counts.update(c)
         ended = any(end for _, end in results)
         messages += [message for message, _ in results]
         for call in refused:
             why = f"not run: at most {limit} tool calls per turn"
             messages.append(self._error("too_many_calls", counts, call.get("name"), why))
+        outcomes = [{"name": None, "outcome": "parse"} for _ in parse_errors]
+        outcomes += [_outcome(call, _kind(c)) for call, c in zip(run, each, strict=True)]
+        outcomes += [_outcome(call, "too_many_calls") for call in refused]
         info = {"stop_reason": "tool_output_too_long"} if ended else {}
+        info["tool_outcomes"] = outcomes  # one per call, in the order of the turn's calls
         return self._finish(Step(messages=messages, done=ended, info=info), counts)
 
     def _finish(self, step: Step, counts: Counter) -> Step:

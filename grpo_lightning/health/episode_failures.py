@@ -77,7 +77,7 @@ class EpisodeFailuresConfig(WindowCheckConfig):
 class EpisodeFailuresCheck(WindowedShareCheck):
     name = "episode_failures"
     failure = "episodes"
-    title = "environments failing in many episodes"
+    title = "failing: environments raise or time out"  # (the alert reads "episodes failing: ...")
     parts = ("stop/env_error", "stop/step_timeout", "stop/episode_timeout")
     early = True  # every episode failed from the start: say so at once, before any reward-side check
 

@@ -12,14 +12,11 @@ from dataclasses import dataclass
 from grpo_lightning.config.base import check, option
 from grpo_lightning.health.alerts import Finding
 from grpo_lightning.health.base import WindowCheckConfig, register_check
+from grpo_lightning.health.episode_cuts import advice
 from grpo_lightning.health.episode_failures import WindowedShareCheck
 from grpo_lightning.health.view import StepView
 
-FIXES = {
-    "max_turns": "raise task.max_turns",
-    "max_total_tokens": "raise task.max_total_tokens (or make the environment's replies shorter)",
-    "context": "use a model with a longer context, or make prompts and environment replies shorter",
-}
+LIMITS = ("max_turns", "max_total_tokens", "context")
 
 
 @dataclass
@@ -39,8 +36,8 @@ class EpisodeLimitsConfig(WindowCheckConfig):
 class EpisodeLimitsCheck(WindowedShareCheck):
     name = "episode_limits"
     failure = "episodes"
-    title = "episodes cut by limits"
-    parts = tuple(f"stop/{limit}" for limit in FIXES)
+    title = "cut by limits"  # (the alert reads "episodes cut by limits")
+    parts = tuple(f"stop/{limit}" for limit in LIMITS)
 
     @property
     def threshold(self) -> float:
@@ -61,9 +58,9 @@ class EpisodeLimitsCheck(WindowedShareCheck):
         return metrics, Finding(evidence + ".", {**t, **metrics})
 
     def diagnosis(self, view: StepView) -> tuple[str, str]:
-        worst = getattr(self, "worst", "max_turns")
+        cut = advice(getattr(self, "worst", "max_turns"), getattr(getattr(view, "rollout", None), "episode_limits", {}))
         causes = (
-            f"the episodes need more than {worst} allows, or the policy does not yet end them (it never gives the "
-            "answer that makes the environment say done)."
+            f"{cut.what}: the episodes need more than the limit allows, or the policy does not yet end them (it "
+            "never gives the answer that makes the environment say done)."
         )
-        return causes, f"{FIXES[worst]}; check that the environment can end an episode (Step.done)."
+        return causes, f"{cut.fix}; check that the environment can end an episode (Step.done)."

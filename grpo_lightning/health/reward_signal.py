@@ -19,6 +19,7 @@ from grpo_lightning.algorithm import rewards_equal, tied_groups
 from grpo_lightning.config.base import check, option
 from grpo_lightning.health.alerts import Finding
 from grpo_lightning.health.base import PATIENCE_HELP, CheckConfig, HealthCheck, register_check
+from grpo_lightning.health.episode_cuts import LIMITS, counts, is_episode_batch, worst_cut
 from grpo_lightning.health.view import StepView
 
 TRUNCATION_CAUSE_FRAC = 0.5  # above this share of cut completions, truncation leads the likely causes
@@ -117,6 +118,14 @@ class RewardSignalCheck(HealthCheck):
             "task.rewards; use easier prompts at first (a curriculum)."
         )
         cut = view.clipped_frac
+        if is_episode_batch(view.rollout):  # the limit that cut, not the episode horizon as max_new_tokens
+            c = counts(view.rollout)
+            limit = worst_cut(c, view.rollout.episode_limits)
+            ended = sum(c[k] for k in LIMITS) / max(c["episodes"], 1.0)
+            if limit is not None and (ended > TRUNCATION_CAUSE_FRAC or limit.limit == "turn_budget"):
+                causes = f"{ended:.0%} of this step's episodes were ended by a limit: {limit.what}; or " + causes
+                fix = f"{limit.fix}; " + fix
+            return causes, fix
         if cut is not None and cut > TRUNCATION_CAUSE_FRAC:
             tokens = view.rollout.max_new_tokens
             causes = (

@@ -4,7 +4,9 @@ A cut completion rarely holds a complete, well-formed answer, so its reward is u
 when most are cut, the reward sits at zero and the run learns nothing. It is the most
 common cause of "reward stuck at zero" reports. The check averages the share of cut
 completions (``completions/clipped_ratio``) over a window of steps and alerts above
-``max_clipped_frac``, with the rewards of cut and finished completions side by side.
+``max_clipped_frac``, with the rewards of cut and finished completions side by side. Episode
+tasks are left to the ``episode_limits`` check, which names the limit that ended the episodes
+(an episode's budget is not ``rollout.max_new_tokens``, the budget of one turn).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 from grpo_lightning.config.base import check, option
 from grpo_lightning.health.alerts import Finding
 from grpo_lightning.health.base import HealthCheck, WindowCheckConfig, register_check
+from grpo_lightning.health.episode_cuts import is_episode_batch
 from grpo_lightning.health.view import StepView
 
 
@@ -74,6 +77,8 @@ class TruncationCheck(HealthCheck):
     def evaluate(self, t: dict[str, float], view: StepView) -> tuple[dict[str, float], Finding | None]:
         if not t["sequences"]:
             return {}, None
+        if is_episode_batch(view.rollout):  # an episode's length budget is not max_new_tokens: episode_limits
+            return {"clipped_frac": t["cut"] / t["sequences"]}, None  # names the limit that cut (episode_cuts.py)
         self._window.append(np.array([t["cut"], t["sequences"], t["reward_cut"], t["reward_finished"], t["finished"]]))
         cut, seqs, reward_cut, reward_fin, fin = np.sum(self._window, axis=0)
         frac = cut / seqs

@@ -87,6 +87,8 @@ class RolloutBatch:
     turn_ids: torch.Tensor | None = None  # [N, C] long, each token's turn in its episode (-1 on padding)
     reward_metrics: dict[str, float] = field(default_factory=dict)  # reward/<name>: what rewards gave log_metric
     reward_extra: dict[str, list] = field(default_factory=dict)  # column -> [N]: what rewards gave log_extra
+    episodes: list[dict] = field(default_factory=list)  # [N] an episode's turns, stop reason, tools (plain data)
+    episode_limits: dict = field(default_factory=dict)  # an episode task's limits (max_turns, context, ...)
 
     def __post_init__(self) -> None:
         n = self.prompt_ids.shape[0]

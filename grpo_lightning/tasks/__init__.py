@@ -16,6 +16,7 @@ from grpo_lightning.tasks import (  # noqa: F401  (register the tasks)
     arithmetic,
     code,
     dataset,
+    episodes,
     gsm,
     guess_number,
     key_lookup,

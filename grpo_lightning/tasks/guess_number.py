@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from grpo_lightning.config.base import check, option
 from grpo_lightning.config.task import TASKS, task_name
@@ -31,12 +32,19 @@ class GuessNumberTaskConfig(EpisodeTaskConfig):
     rewards: dict[str, float] = option(
         {"environment": 1.0}, "Reward function name -> weight (environment: the game's)."
     )
-    # correctness_reward: null and val_fraction: 0 are in conf/task/guess_number.yaml (a promoted base config
-    # takes the shared keys from TaskConfig); from Python, pass correctness_reward=None.
+    val_fraction: float = option(0.125, "Share of the games held out (played every eval.every_n_steps: val/*).")
     max_turns: int = option(6, "Guesses per game at most (stop reason max_turns).")
     max_number: int = option(8, "The hidden number is drawn from 1..max_number.")
     turn_cost: float = option(0.1, "Reward lost per guess after the first; solving earns 1 - turn_cost x (turns - 1).")
     num_games: int = option(256, "Prompt records per epoch (each one game; the number comes from the reset seed).")
+    model_defaults: dict[str, Any] = option(
+        {
+            "tiny": {"rollout.max_new_tokens": 3},  # a guess: a number, in the tiny model's alphabet
+            # 16 episodes a step and 8 held-out games: a step and an evaluation within minutes on a CPU
+            "smollm2_135m": {"rollout.max_new_tokens": 8, "rollout.prompts_per_step": 2, "eval.num_prompts": 8},
+        },
+        "Defaults this task brings per model: the turn budget and the batch.",
+    )
 
     def check_fields(self, p: str) -> list[str]:
         problems = super().check_fields(p)
@@ -68,9 +76,11 @@ class GuessNumberEnv:
         guess = read_guess(turn.text)
         if guess == self.secret:
             reward = max(0.0, 1.0 - self.turn_cost * (self.turns - 1))
-            return Step([{"role": "user", "content": FOUND}], reward, True, {"solved": True, "turns": self.turns})
+            info = {"solved": True, "success": True, "turns": self.turns}
+            return Step([{"role": "user", "content": FOUND}], reward, True, info)
         reply = UNREADABLE if guess is None else HIGHER if guess < self.secret else LOWER
-        return Step([{"role": "user", "content": reply}], 0.0, False, {"solved": False, "turns": self.turns})
+        info = {"solved": False, "success": False, "turns": self.turns}
+        return Step([{"role": "user", "content": reply}], 0.0, False, info)
 
     def close(self) -> None:
         """Nothing to release."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any
 
 from grpo_lightning.config.base import check, option
 from grpo_lightning.config.task import TASKS, task_name
@@ -36,8 +36,6 @@ class KeyLookupTaskConfig(EpisodeTaskConfig):
     rewards: dict[str, float] = option(
         {"environment": 1.0}, "Reward function name -> weight (environment: the task's)."
     )
-    # Hydra's structured configs take Optional, not "str | None".
-    correctness_reward: Optional[str] = option(None, "No single-turn held-out evaluation for episodes: null.")  # noqa: UP045
     max_turns: int = option(3, "Model turns per episode at most: a call, then the answer, and one spare.")
     num_keys: int = option(200, "Distinct keys (one prompt each); val_fraction of them are held out.")
     value_digits: int = option(4, "Digits of the hidden value.")
@@ -53,6 +51,26 @@ class KeyLookupTaskConfig(EpisodeTaskConfig):
     )
     call_bonus: float = option(0.0, "Reward added when the right key was looked up (shaping); 0: correctness only.")
     max_tool_output_tokens: int = option(64, "A tool reply's length at most, in tokens (longer ones are truncated).")
+    model_defaults: dict[str, Any] = option(
+        {
+            # The tiny model's alphabet: digit keys, a question it can read, no tool text it cannot (it runs,
+            # but cannot write a call: docs/environments.md#the-tiny-models-limits).
+            "tiny": {
+                "task.key_style": "digits",
+                "task.question": "{key}?",
+                "task.tools_in_system_prompt": False,
+                "task.one_shot": False,
+            },
+            # A hermes call takes about 30 tokens; 8 episodes a step keep a step within minutes on a CPU.
+            "smollm2_135m": {
+                "rollout.max_new_tokens": 48,
+                "rollout.num_generations": 4,
+                "rollout.prompts_per_step": 2,
+                "eval.num_prompts": 4,
+            },
+        },
+        "Defaults this task brings per model: the alphabet's keys and prompt, the turn budget and the batch.",
+    )
 
     def check_fields(self, p: str) -> list[str]:
         problems = super().check_fields(p)
@@ -105,14 +123,15 @@ class KeyLookupEnv(ToolEnvironment):
                 system += "\n\n" + one_shot_example(options.tool_parser)
             messages.insert(0, {"role": "system", "content": system})
         tools = [] if options.tools_in_system_prompt else self.schemas
-        return Reset(messages=messages, tools=tools, info={"key": self.key, "value": self.value})
+        info = {"key": self.key, "value": self.value, "tools_in_system_prompt": options.tools_in_system_prompt}
+        return Reset(messages=messages, tools=tools, info=info)
 
     async def step(self, turn: Turn) -> Step:
         step = await super().step(turn)
         if step.done and step.info.get("stop_reason") == "answer":
             correct = self.value in turn.text
             step.reward = float(correct) + self.options.call_bonus * self.looked_up
-            step.info.update(correct=correct, looked_up=self.looked_up)
+            step.info.update(correct=correct, success=correct, looked_up=self.looked_up)
         return step
 
 

@@ -28,7 +28,7 @@ AREAS: tuple[tuple[str, float, str], ...] = (
     ("benchmarks smoke tier", 0.03, r"^tests/integration/test_benchmarks"),
     ("vLLM engines and servers", 0.30, r"^tests/integration/test_(vllm|server)"),
     ("DDP and scale-out", 0.05, r"^tests/integration/test_(ddp|two_nodes)"),
-    ("docs, notebook, examples, wheel", 0.12, r"^tests/integration/test_(readme|notebook|extending|wheel)"),
+    ("docs, notebook, examples, wheel", 0.12, r"^tests/integration/test_(readme|docs_|notebook|extending|wheel)"),
     ("faults and bad input", 0.08, r"^tests/integration/test_(fault|bad_inputs|cli_errors)"),
     ("environments and episodes", 0.05, r"^tests/integration/test_(openenv|verifiers|.*episodes|guess|key_lookup)"),
     ("whole runs, CLI, outputs", 0.16, r"^tests/integration/"),

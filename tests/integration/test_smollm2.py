@@ -7,13 +7,17 @@ The conversion goes to a temporary cache so the test exercises it every time (ab
 from __future__ import annotations
 
 import importlib.util
+import logging
 import time
+import warnings
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from grpo_lightning.build import build_run
 from grpo_lightning.config import ConfigError, ModelConfig
+from grpo_lightning.config.compose import compose
 from grpo_lightning.models import load_policy, smollm2
 
 pytestmark = pytest.mark.slow
@@ -73,3 +77,22 @@ def test_a_hub_name_without_network_fails_saying_so(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ConfigError, match="not a local folder and not in the Hugging Face cache, and downloading"):
         load_policy(ModelConfig(name_or_path="some-org/some-model-that-is-not-here"))
+
+
+@pytest.mark.parametrize("task", ["guess_number", "key_lookup"])
+def test_the_episode_tasks_start_on_smollm2_as_the_readme_writes_them(converted, monkeypatch, tmp_path, task, caplog):
+    """`grpo-lightning model=smollm2_135m task=<task>`: the task's defaults for SmolLM2 (a turn budget a
+    tool call fits in, a batch a CPU steps through in minutes), the first messages checked, and no
+    start-up warning that does not apply. (A step takes minutes on a shared CPU: not run here.)"""
+    monkeypatch.setenv(smollm2.CACHE_ENV, str(converted.parent))
+    cfg, _ = compose(["model=smollm2_135m", f"task={task}", "logger=none", f"trainer.output_dir={tmp_path}"])
+    assert cfg.rollout.max_new_tokens == cfg.task.model_defaults["smollm2_135m"]["rollout.max_new_tokens"]
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO):
+        warnings.simplefilter("always")
+        run = build_run(cfg)
+    run.lock.release()
+    assert [str(w.message) for w in caught if "grpo_lightning" in w.filename] == []
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("chat template:") for line in lines)
+    if task == "key_lookup":  # SmolLM2's template ignores tools=: they are in the system prompt, and said so
+        assert "chat template: the tools are described in the system prompt (none passed as tools=)" in lines

@@ -44,3 +44,12 @@ def test_the_table_has_a_row_per_source_and_one_for_all():
     assert lines[0].split() == ["source", "prompts", "accuracy", "pass@4"]
     assert [line.split()[0] for line in lines[1:]] == ["a", "b", "all"]
     assert lines[3].split() == ["all", "4", "0.5000", "0.7500"]
+
+
+def test_the_table_of_an_episode_task_has_its_episode_columns_and_stop_reasons():
+    metrics = {"val/reward": 0.5, "val/success": 0.25, "val/turns": 3.5, "val/tool_calls": 1.0, "val/prompts": 8}
+    metrics |= {"val/stop/done": 0.75, "val/stop/max_turns": 0.25, "val/stop/context": 0.0, "val/pass@4": 0.5}
+    lines = table(metrics).splitlines()
+    assert lines[0].split() == ["source", "prompts", "reward", "success", "pass@4", "turns", "tool_calls"]
+    assert [line.split()[0] for line in lines[1:]] == ["all", "stop"]  # no source named "stop"
+    assert lines[2] == "stop reasons: done 75%, max_turns 25%"

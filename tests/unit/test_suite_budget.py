@@ -20,6 +20,8 @@ def test_every_test_file_has_an_area_and_the_shares_make_the_budget():
     assert area_of("tests/integration/test_vllm_server.py::t") == "vLLM engines and servers"
     assert area_of("tests/integration/test_benchmarks_smoke.py::t") == "benchmarks smoke tier"
     assert area_of("tests/integration/test_cli.py::t") == "whole runs, CLI, outputs"  # the catch-all comes last
+    # a page's examples run as written belong to the docs, whatever the page is about
+    assert area_of("tests/integration/test_docs_episodes.py::t") == "docs, notebook, examples, wheel"
 
 
 def test_the_table_sums_the_reported_durations_per_area_and_counts_each_test_once():

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import torch
 
-from grpo_lightning.callbacks import run_report
+from grpo_lightning.callbacks import report_plot, run_report
 from grpo_lightning.callbacks.progress import RunProgress
 from grpo_lightning.callbacks.run_report import RunReport, output_lines
 from grpo_lightning.health import Alert
@@ -75,6 +75,7 @@ def test_summary_picks_best_and_final_values_and_places_alerts_at_their_optimize
     assert summary["best"]["val/accuracy"] == {"value": 0.5, "step": 6}
     assert summary["final"]["val/accuracy"] == 0.4 and summary["final"]["num_tokens"] == 1200.0
     assert summary["alerts"][0]["step"] == 5 and summary["alerts"][0]["generation_batch"] == 4
+    assert summary["held_out"] == {"before": report.validations[0], "after": report.validations[-1]}
     path, rows, validations, alerts, _ = drawn[0]
     assert path == tmp_path / "report.png" and rows is report.history and alerts[0]["step"] == 5
     assert [line.split()[0] for line in output_lines(summary)] == ["report", "summary"]
@@ -135,3 +136,19 @@ def test_the_progress_bar_shows_reward_kl_and_the_last_accuracy():
     module = SimpleNamespace(last_metrics={"reward/mean": 0.123456, "kl/mean": 0.001, "train/loss": 3.0})
     trainer = SimpleNamespace(callback_metrics={"val/accuracy": torch.tensor(0.75)})
     assert RunProgress().get_metrics(trainer, module) == {"reward": "0.123", "kl": "0.001", "acc": "0.75"}
+
+
+def test_the_episode_panels_show_stop_shares_and_only_the_tool_outcomes_that_happened():
+    p = "rollout/episodes/"
+    history = [
+        {"step": 1, p + "count": 8.0, p + "turns": 3.0, p + "stop/done": 6.0, p + "stop/max_turns": 2.0},
+        {"step": 2, p + "count": 4.0, p + "turns": 2.5, p + "stop/done": 4.0, p + "stop/max_turns": 0.0},
+    ]
+    for row in history:
+        row |= {p + "tool/exception": 0.0, p + "tool/timeout": 0.25 * row["step"]}
+    panels = {title: keys for title, keys in report_plot.EPISODE_PANELS}
+    stops = report_plot.episode_series(history, panels["episodes: stop reasons (share)"])
+    assert stops == {"stop/done": ([1, 2], [0.75, 1.0]), "stop/max_turns": ([1, 2], [0.25, 0.0])}
+    tools = report_plot.episode_series(history, panels["episodes: tool outcomes (per episode)"])
+    assert list(tools) == ["tool/timeout"]  # exception never happened: no line
+    assert report_plot.episode_series(history, ("turns",)) == {"turns": ([1, 2], [3.0, 2.5])}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_lightning.config import TrainConfig
+from grpo_lightning.config import ConfigError, TrainConfig
 from grpo_lightning.config.compose import compose
 from grpo_lightning.config.effective import apply_model_defaults, differences
 from grpo_lightning.config.model import MODEL_DEFAULTS, model_defaults
@@ -59,3 +59,28 @@ def test_differences_list_the_effective_values_and_mark_the_models():
     assert "algorithm.lr=2e-05  (smollm2_135m's default)" in lines
     assert "trainer.max_steps=20" in lines
     assert not any(line.startswith("algorithm.beta") for line in lines)
+
+
+@pytest.mark.parametrize("model", ["tiny", "smollm2_135m"])
+@pytest.mark.parametrize("task", ["guess_number", "key_lookup"])
+def test_a_task_brings_its_defaults_for_the_model_before_the_models_own(task, model):
+    cfg, composed = compose([OUT, f"task={task}", f"model={model}"])
+    brought = cfg.task.model_defaults[model]
+    for key, value in brought.items():
+        group, leaf = key.split(".")
+        assert getattr(getattr(cfg, group), leaf) == value, key
+        assert composed[group][leaf] == value  # what the logger records agrees
+    lines = differences(cfg)
+    key, value = next(iter(brought.items()))
+    assert f"{key}={value!r}  (task={task}'s default for {model})" in lines
+    if model == "smollm2_135m":  # the model's own default where the task brings none
+        assert f"algorithm.lr={MODEL_DEFAULTS[model]['algorithm.lr']}  ({model}'s default)" in lines
+
+
+def test_a_task_default_gives_way_to_the_command_line_and_names_a_wrong_key():
+    cfg = compose([OUT, "task=key_lookup", "rollout.max_new_tokens=5", "task.key_style=words"])[0]
+    assert cfg.rollout.max_new_tokens == 5 and cfg.task.key_style == "words" and cfg.task.question == "{key}?"
+    python = TrainConfig()
+    python.task.model_defaults = {"tiny": {"rollout.max_new_tokenz": 3}}
+    with pytest.raises(ConfigError, match="names rollout.max_new_tokenz, which is not a config field"):
+        apply_model_defaults(python)

@@ -3,6 +3,7 @@ docs/trl_migration.md holds the table the code reads (one source of truth)."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -11,10 +12,12 @@ from grpo_lightning.config import ConfigError, TrainConfig, UnknownFieldError
 from grpo_lightning.config.base import schema_keys
 from grpo_lightning.config.compose import compose, trl_overrides
 from grpo_lightning.config.trl_names import TRL_NAMES, migration_table, trl_problem
+from grpo_lightning.environments.limits import EpisodeTaskConfig
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "trl_migration.md"
 OUT = "trainer.output_dir=/tmp/unused"
-KEYS = set(schema_keys(TrainConfig))
+# Our keys, the options of episode tasks among them (max_tool_calling_iterations maps to task.max_turns).
+KEYS = set(schema_keys(TrainConfig)) | {f"task.{f.name}" for f in fields(EpisodeTaskConfig)}
 
 
 def test_the_migration_page_holds_the_table_the_code_reads():

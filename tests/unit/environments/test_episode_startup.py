@@ -10,8 +10,9 @@ import pytest
 from helpers.chat_templates import tokenizer_for
 
 from grpo_lightning.environments.base import TOOL_PARSERS
+from grpo_lightning.environments.render import ChatRenderer
 from grpo_lightning.environments.rollout import EpisodeRollout
-from grpo_lightning.environments.template_checks import CHATML_TOOLS
+from grpo_lightning.environments.template_checks import CHATML_TOOLS, applicable_probes
 from grpo_lightning.models import build_char_tokenizer
 from grpo_lightning.tasks.guess_number import GuessNumberTaskConfig, guess_number
 from grpo_lightning.tasks.key_lookup import KeyLookupTaskConfig, key_lookup
@@ -60,3 +61,34 @@ def test_the_tool_parser_is_checked_against_the_registry_with_the_closest_match(
     assert (problems == []) == ok
     if not ok:
         assert len(problems) == 1 and "task.tool_parser='hermez'" in problems[0] and "hermes" in problems[0]
+
+
+def test_a_game_on_the_tiny_model_starts_without_warnings_that_do_not_apply(caplog):
+    """guess_number has no tools and the tiny tokenizer no chat template: no parser, no tool-reply or
+    thinking probe (they warned twice on every run), no prefix verdict on plain contents."""
+    options = GuessNumberTaskConfig()
+    caplog.clear()
+    with caplog.at_level(logging.INFO), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rollout = EpisodeRollout.from_task(options, build_char_tokenizer(), 4, 128, guess_number(options)[0][0], "tiny")
+    lines = [r.getMessage() for r in caplog.records]
+    assert [str(w.message) for w in caught] == []
+    assert rollout.parser is None and lines[0].startswith("tool-call parser: none (the environment offers no tools")
+    assert lines[1:] == [
+        "chat template: no tools offered",
+        "chat template: none (the tokenizer has none: message contents are joined as they are)",
+    ]
+
+
+def test_tools_described_in_the_system_prompt_are_said_so_and_probed(caplog):
+    options = KeyLookupTaskConfig()  # tools_in_system_prompt=true, hermes
+    _, lines = start(options, tokenizer_for("smollm2"), key_lookup(options)[0][0], caplog)
+    assert "tool-call parser: hermes (configured)" in lines
+    assert "chat template: the tools are described in the system prompt (none passed as tools=)" in lines
+    assert "chat template: no tools offered" not in lines
+
+
+def test_the_thinking_probe_runs_only_where_the_template_knows_think_blocks():
+    assert applicable_probes(ChatRenderer(tokenizer_for("qwen3")), False) == ("a user reply after thinking",)
+    assert applicable_probes(ChatRenderer(tokenizer_for("smollm2")), True) == ("a tool reply",)
+    assert applicable_probes(ChatRenderer(build_char_tokenizer()), True) == ()
