@@ -12,11 +12,14 @@ ranks), and pushes new weights. ``max_lag=0`` is the synchronous schedule (the s
 the engine idle while the trainer trains); the ratio of each lag to it is the pipeline's gain.
 
 It reports, per (engines, ranks, lag), samples per second, the ratio to lag 0, and the engine's and
-the trainer's busy fractions, measured by the same clocks as a real run (``pipeline/*``). Real time,
+the trainer's busy fractions, measured by the same clocks as a real run (``pipeline/*``). ``--contention
+c``: while both run, a decode step and a training step each take ``c`` times longer (engine and trainer
+on the same cores, as on a CPU; 1 for separate devices). Real time,
 scaled down: a run lasts about ``--steps`` x a step, so keep the milliseconds small. ``--measured
 FILE`` (``pipeline_throughput.py``'s JSON) first takes this machine's rates from a measured run
 (the seconds per decode step and per trained sample, the completion lengths) and compares the
-simulated ratios with the measured ones. Usage: ``python benchmarks/pipeline_simulator.py
+simulated ratios with the measured ones, with and without the contention measured there (the
+trainer's busy seconds beside the engine over its busy seconds in sync mode). Usage: ``python benchmarks/pipeline_simulator.py
 [--engines 1 4 16 64] [--ranks 1 8] [--lags 0 1 2] [--steps 12] [--out results.json]``.
 """
 
@@ -26,6 +29,7 @@ import argparse
 import json
 import math
 import random
+import statistics
 import threading
 import time
 
@@ -45,8 +49,10 @@ class SimEngine(EngineBase):
     owns_weights = True
     streams = True
 
-    def __init__(self, step_s: float, rows: int, lengths, sync_s: float):
+    def __init__(self, step_s: float, rows: int, lengths, sync_s: float, contention: float = 1.0):
         self.step_s, self.rows, self.lengths, self.sync_s = step_s, rows, lengths, sync_s
+        self.contention = contention  # a decode step takes this many times longer while the trainer trains
+        self.training = threading.Event()  # set by the trainer while it trains (shared cores: both slow down)
         self.version = 0
         self._clock = EngineClock()
         self._cond = threading.Condition()
@@ -131,7 +137,8 @@ class SimEngine(EngineBase):
                         finished.append(group)
             for group in finished:
                 group["done"](group["out"])
-            next_step += self.step_s  # a fixed cadence: the decode step's time, whatever Python took
+            slow = self.contention if self.training.is_set() else 1.0
+            next_step += self.step_s * slow  # a fixed cadence: the decode step's time, whatever Python took
             time.sleep(max(0.0, next_step - time.perf_counter()))
 
 
@@ -157,7 +164,7 @@ class IdentityOrder(list):
 def simulate(engines: int, ranks: int, lag: int, args, seed: int = 0) -> dict[str, float]:
     P, G = args.prompts, args.generations
     lengths = lognormal_lengths(args.median_tokens, args.sigma, args.max_tokens, seed)
-    engine = SimEngine(args.step_ms / 1000, args.rows * engines, lengths, args.sync_ms / 1000)
+    engine = SimEngine(args.step_ms / 1000, args.rows * engines, lengths, args.sync_ms / 1000, args.contention)
     generator = PipelineRolloutGenerator(
         engine=engine,
         tokenizer=TOKENIZER,
@@ -181,7 +188,10 @@ def simulate(engines: int, ranks: int, lag: int, args, seed: int = 0) -> dict[st
             trained += batch.num_sequences
             waits.append(batch.timing["pipeline/trainer_wait_seconds"])
             engine_busy.append(batch.timing["pipeline/engine_busy_seconds"])
-            time.sleep(train_s)  # the optimizer step on R ranks
+            engine.training.set()
+            busy = bool(engine._live or engine._waiting)  # the engine decodes meanwhile: shared cores slow both
+            time.sleep(train_s * (args.contention if busy else 1.0))  # the optimizer step on R ranks
+            engine.training.clear()
             generator.sync_weights(PolicyWeights([], step + 1))
         wall = time.perf_counter() - start
         lag_mean = batch.timing["pipeline/lag_mean"]
@@ -211,6 +221,12 @@ def rates_from(measured_file: str, args) -> dict:
         "prompts": a["prompts"],
         "generations": a["generations"],
         "measured": {k: v.get("vs_sync_round_median", v.get("vs_sync")) for k, v in data["median"].items()},
+        # how much slower the trainer ran beside the engine (both on the same cores) than alone, in sync mode
+        "contention": statistics.mean(
+            data["median"][f"pipeline{lag}"]["trainer_busy_s"] / sync["trainer_busy_s"]
+            for lag in a["max_lags"]
+            if f"pipeline{lag}" in data["median"]
+        ),
     }
 
 
@@ -229,27 +245,31 @@ def main() -> None:
     parser.add_argument("--median-tokens", type=float, default=24)
     parser.add_argument("--sigma", type=float, default=1.0)
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument(
+        "--contention", type=float, default=1.0, help="slow-down of each side while both run (1: separate devices)"
+    )
     parser.add_argument("--measured", default=None, help="pipeline_throughput.py's JSON: take its rates first")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     out: dict = {"args": vars(args).copy(), "grid": []}
     if args.measured:
         rates = rates_from(args.measured, args)
-        machine = argparse.Namespace(**{**vars(args), **{k: v for k, v in rates.items() if k != "measured"}})
+        machine = argparse.Namespace(
+            **{**vars(args), **{k: v for k, v in rates.items() if k not in ("measured", "contention")}}
+        )
         machine.rows = 256
-        simulated = {lag: simulate(1, 1, lag, machine) for lag in (0, 1, 2)}
-        out["this_machine"] = {
-            "rates": rates,
-            "simulated_vs_lag0": {
-                lag: r["samples_per_s"] / simulated[0]["samples_per_s"] for lag, r in simulated.items()
-            },
-        }
+        out["this_machine"] = {"rates": rates}
         print(f"this machine's rates {json.dumps({k: v for k, v in rates.items() if k != 'measured'})}")
-        for lag in (1, 2):
-            print(
-                f"  lag {lag}: simulated {out['this_machine']['simulated_vs_lag0'][lag]:.2f}x sync, "
-                f"measured {rates['measured'].get(f'pipeline{lag}', float('nan')):.2f}x"
-            )
+        for name, contention in (("separate devices", 1.0), ("shared cores", rates["contention"])):
+            machine.contention = contention
+            simulated = {lag: simulate(1, 1, lag, machine) for lag in (0, 1, 2)}
+            ratios = {lag: r["samples_per_s"] / simulated[0]["samples_per_s"] for lag, r in simulated.items()}
+            out["this_machine"][f"simulated_vs_lag0, {name}"] = ratios
+            for lag in (1, 2):
+                print(
+                    f"  lag {lag}, {name} (contention {contention:.2f}): simulated {ratios[lag]:.2f}x sync, "
+                    f"measured {rates['measured'].get(f'pipeline{lag}', float('nan')):.2f}x"
+                )
     print(
         f"{'engines':>7} {'ranks':>5} {'lag':>3} {'samples/s':>9} {'vs lag0':>7} {'engine busy':>11} {'trainer busy':>12}"
     )
