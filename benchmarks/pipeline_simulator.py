@@ -11,8 +11,9 @@ finished groups, "trains" for ``--train-ms-per-sample`` x samples / R millisecon
 ranks), and pushes new weights. ``max_lag=0`` is the synchronous schedule (the step's groups only,
 the engine idle while the trainer trains); the ratio of each lag to it is the pipeline's gain.
 
-It reports, per (engines, ranks, lag), samples per second, the ratio to lag 0, and the engine's and
-the trainer's busy fractions, measured by the same clocks as a real run (``pipeline/*``). ``--contention
+It reports, per (engines, ranks, lag), samples per second, the ratio to lag 0, the engine's busy
+fraction (some sequence decoding), its rows' utilisation (the E engines' rows in use, on average)
+and the trainer's busy fraction, measured by the same clocks as a real run (``pipeline/*``). ``--contention
 c``: while both run, a decode step and a training step each take ``c`` times longer (engine and trainer
 on the same cores, as on a CPU; 1 for separate devices). Real time,
 scaled down: a run lasts about ``--steps`` x a step, so keep the milliseconds small. ``--measured
@@ -53,6 +54,7 @@ class SimEngine(EngineBase):
         self.step_s, self.rows, self.lengths, self.sync_s = step_s, rows, lengths, sync_s
         self.contention = contention  # a decode step takes this many times longer while the trainer trains
         self.training = threading.Event()  # set by the trainer while it trains (shared cores: both slow down)
+        self.row_seconds = 0.0  # sequences decoding x seconds: the rows' utilisation is this over rows x wall
         self.version = 0
         self._clock = EngineClock()
         self._cond = threading.Condition()
@@ -138,6 +140,7 @@ class SimEngine(EngineBase):
             for group in finished:
                 group["done"](group["out"])
             slow = self.contention if self.training.is_set() else 1.0
+            self.row_seconds += len(self._live) * self.step_s * slow
             next_step += self.step_s * slow  # a fixed cadence: the decode step's time, whatever Python took
             time.sleep(max(0.0, next_step - time.perf_counter()))
 
@@ -200,7 +203,8 @@ def simulate(engines: int, ranks: int, lag: int, args, seed: int = 0) -> dict[st
         engine.close()
     return {
         "samples_per_s": trained / wall,
-        "engine_busy_fraction": sum(engine_busy) / wall,
+        "engine_busy_fraction": sum(engine_busy) / wall,  # some sequence decoding
+        "row_utilisation": engine.row_seconds / (engine.rows * wall),  # the E engines' rows, on average
         "trainer_busy_fraction": 1 - sum(waits) / wall,
         "lag_mean_last": lag_mean,
     }
@@ -283,7 +287,7 @@ def main() -> None:
                 out["grid"].append(r)
                 print(
                     f"{engines:7d} {ranks:5d} {lag:3d} {r['samples_per_s']:9.1f} {r['vs_lag0']:7.2f} "
-                    f"{r['engine_busy_fraction']:11.2f} {r['trainer_busy_fraction']:12.2f}"
+                    f"{r['engine_busy_fraction']:11.2f} {r['row_utilisation']:9.2f} {r['trainer_busy_fraction']:12.2f}"
                 )
     best = max((r["vs_lag0"] for r in out["grid"]), default=float("nan"))
     print("RESULT " + json.dumps({"best_vs_lag0": best, "runs": len(out["grid"])}))
