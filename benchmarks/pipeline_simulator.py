@@ -36,113 +36,50 @@ import time
 
 from grpo_lightning.config import RolloutConfig
 from grpo_lightning.models import build_char_tokenizer
-from grpo_lightning.records import Completion, PolicyWeights
+from grpo_lightning.records import PolicyWeights
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rollout import Sampling
-from grpo_lightning.rollout.engine import EngineBase
 from grpo_lightning.rollout.pipeline import PipelineRolloutGenerator, PromptStream
-from grpo_lightning.rollout.pipeline.engine import EngineClock
+from tests.helpers.scripted_pipeline import TickingEngine
 
 
-class SimEngine(EngineBase):
+class SimEngine(TickingEngine):
     """Decodes every sequence in flight one token per ``step_s``; ``rows`` sequences at most."""
 
-    owns_weights = True
-    streams = True
+    finished_flag = True
 
     def __init__(self, step_s: float, rows: int, lengths, sync_s: float, contention: float = 1.0):
-        self.step_s, self.rows, self.lengths, self.sync_s = step_s, rows, lengths, sync_s
+        self.step_s, self.lengths, self.sync_s = step_s, lengths, sync_s
         self.contention = contention  # a decode step takes this many times longer while the trainer trains
         self.training = threading.Event()  # set by the trainer while it trains (shared cores: both slow down)
         self.row_seconds = 0.0  # sequences decoding x seconds: the rows' utilisation is this over rows x wall
-        self.version = 0
-        self._clock = EngineClock()
-        self._cond = threading.Condition()
-        self._waiting: list[dict] = []
-        self._live: list[dict] = []
-        self._swap = None
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, name="sim-engine", daemon=True)
-        self._thread.start()
+        self._next = time.perf_counter()  # the next tick's time: a fixed cadence, whatever Python took
+        super().__init__(rows, name="sim-engine")
 
-    def submit(self, requests, sampling, done, failed) -> None:
-        group = {"left": len(requests), "out": [None] * len(requests), "done": done}
+    def length(self, request, sampling) -> int:
+        return self.lengths(request.seed)
+
+    def apply(self, weights, version) -> None:
+        time.sleep(self.sync_s)
+        self.version = version
+
+    def emit(self, seq: dict) -> None:
+        seq["tokens"].append(3)
+        seq["logp"].append(0.0)
+        seq["v"].append(self.version)
+
+    def pause(self) -> None:
+        slow = self.contention if self.training.is_set() else 1.0
         with self._cond:
-            for i, request in enumerate(requests):
-                self._waiting.append({"group": group, "i": i, "length": self.lengths(request.seed), "v": []})
-            self._cond.notify_all()
-
-    def load_weights(self, named_tensors, version=None) -> float:
-        applied = threading.Event()
-        with self._cond:
-            self._swap = (version, applied)
-            self._cond.notify_all()
-        applied.wait()
-        return self.sync_s
-
-    def clock(self):
-        return self._clock.read()
-
-    def cancel(self) -> None:
-        with self._cond:
-            self._waiting.clear()
-            self._live.clear()
-
-    def close(self) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        self._thread.join(timeout=5)
+            self.row_seconds += len(self._live) * self.step_s * slow
+        now = time.perf_counter()
+        if now - self._next > 10 * self.step_s:  # it was idle: the cadence starts again from now
+            self._next = now
+        self._next += self.step_s * slow  # behind (Python took longer): the next ticks catch up
+        time.sleep(max(0.0, self._next - now))
 
     def sequence_logprobs(self, prompt_ids, completion_ids):
         return [0.0] * len(completion_ids)
-
-    def _run(self) -> None:
-        next_step = time.perf_counter()
-        while True:
-            finished = []
-            with self._cond:
-                if self._swap is not None:
-                    self._clock.switch("sync")
-                    version, applied = self._swap
-                    self._swap = None
-                    time.sleep(self.sync_s)
-                    self.version = version
-                    applied.set()
-                    next_step = time.perf_counter()
-                while not self._live and not self._waiting and self._swap is None and not self._stop:
-                    self._clock.switch("idle")
-                    self._cond.wait()
-                    next_step = time.perf_counter()
-                if self._stop:
-                    return
-                if self._swap is not None:
-                    continue
-                self._clock.switch("busy")
-                free = self.rows - len(self._live)
-                self._live += self._waiting[:free]
-                del self._waiting[:free]
-                for seq in self._live:
-                    seq["v"].append(self.version)
-                for seq in [s for s in self._live if len(s["v"]) >= s["length"]]:
-                    self._live.remove(seq)
-                    group = seq["group"]
-                    group["out"][seq["i"]] = Completion(
-                        token_ids=[3] * len(seq["v"]),
-                        finished=True,
-                        logprobs=[0.0] * len(seq["v"]),
-                        weight_version=min(seq["v"]),
-                        token_weight_versions=seq["v"],
-                    )
-                    group["left"] -= 1
-                    if not group["left"]:
-                        finished.append(group)
-            for group in finished:
-                group["done"](group["out"])
-            slow = self.contention if self.training.is_set() else 1.0
-            self.row_seconds += len(self._live) * self.step_s * slow
-            next_step += self.step_s * slow  # a fixed cadence: the decode step's time, whatever Python took
-            time.sleep(max(0.0, next_step - time.perf_counter()))
 
 
 def lognormal_lengths(median: float, sigma: float, cap: int, seed: int):

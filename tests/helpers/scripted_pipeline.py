@@ -1,15 +1,20 @@
-"""A scripted streaming engine for the pipeline's property tests: no model, exact bookkeeping.
+"""Streaming engines without a model, for the pipeline's property tests and its simulator.
 
-Its thread decodes every sequence in flight one token per tick, with random pauses between ticks
-(seeded), and takes new weights between two ticks as the HF pipeline engine does. Its "weights"
-are one number (the value of the tensor the trainer pushes); the token a tick emits is
-``3 + that number`` and its log-prob ``-that number / 10``: every token says which weights produced
-it, independently of the version the engine records. A request's length is fixed by its seed
-(``1 + seed % max_new_tokens``), so groups finish in an order no one chose.
+:class:`TickingEngine` is the shared loop: a thread that decodes every sequence in flight one token
+per tick, seats waiting requests into at most ``rows`` sequences, takes new weights between two
+ticks as the HF pipeline engine does, and keeps the busy / idle / sync clock. Subclasses say how
+long a request runs, what a tick emits, and how long the engine waits between ticks.
+
+:class:`ScriptedStreamingEngine` (the property tests): its "weights" are one number (the value of the
+tensor the trainer pushes); the token a tick emits is ``3 + that number`` and its log-prob ``-that
+number / 10``: every token says which weights produced it, independently of the version the engine
+records. A request's length is fixed by its seed (``1 + seed % max_new_tokens``), and the pauses
+between ticks are random (seeded), so groups finish in an order no one chose.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -26,33 +31,54 @@ def version_tensor(version: int):
     return [("w", torch.tensor(float(version % 13)))]
 
 
-class ScriptedStreamingEngine(EngineBase):
+class TickingEngine(EngineBase):
+    """The loop of a model-free streaming engine (module docstring); ``rows`` sequences at most."""
+
     owns_weights = True
     streams = True
+    finished_flag = False  # Completion.finished of what it returns
+    sync_s = 0.0  # seconds a weight swap takes
 
-    def __init__(self, seed: int = 0, max_pause_s: float = 0.002, eos_token_id: int = 2):
-        self.random = random.Random(seed)
-        self.max_pause_s = max_pause_s
-        self.eos_token_id = eos_token_id
-        self.value = 0  # the weights' number
+    def __init__(self, rows: float = math.inf, name: str = "ticking-engine"):
+        self.rows = rows
         self.version = 0
-        self.applied: list[tuple[int, int]] = []  # (version, tick) of every swap
         self.tick = 0
         self._clock = EngineClock()
         self._cond = threading.Condition()
+        self._waiting: list[dict] = []  # requests not seated yet
         self._live: list[dict] = []  # sequences in flight
         self._swap = None
         self._stop = False
-        self._thread = threading.Thread(target=self._run, name="scripted-engine", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+
+    # ----------------------------------------------------------------------- what a subclass says
+    def length(self, request, sampling) -> int:
+        """Tokens the request runs for."""
+        raise NotImplementedError
+
+    def weights_of(self, named_tensors) -> object:
+        """What of the pushed weights the engine keeps (passed to ``apply``)."""
+        return None
+
+    def apply(self, weights: object, version: int | None) -> None:
+        """Take new weights (under the lock, between two ticks)."""
+        self.version = version
+
+    def emit(self, seq: dict) -> None:
+        """Append a token to ``seq`` (its ``tokens``, ``logp`` and ``v`` lists)."""
+        raise NotImplementedError
+
+    def pause(self) -> None:
+        """Between two ticks, outside the lock."""
 
     # ----------------------------------------------------------------------- the protocol
     def submit(self, requests, sampling, done, failed) -> None:
         group = {"left": len(requests), "out": [None] * len(requests), "done": done}
         with self._cond:
             for i, request in enumerate(requests):
-                length = 1 + request.seed % sampling.max_new_tokens
-                self._live.append({"group": group, "i": i, "length": length, "tokens": [], "logp": [], "v": []})
+                length = self.length(request, sampling)
+                self._waiting.append({"group": group, "i": i, "length": length, "tokens": [], "logp": [], "v": []})
             self._cond.notify_all()
 
     def generate(self, requests, sampling):
@@ -62,19 +88,19 @@ class ScriptedStreamingEngine(EngineBase):
         return box["out"]
 
     def load_weights(self, named_tensors, version=None) -> float:
-        value = int(float(dict(named_tensors)["w"]))
         applied = threading.Event()
         with self._cond:
-            self._swap = (value, version, applied)
+            self._swap = (self.weights_of(named_tensors), version, applied)
             self._cond.notify_all()
         applied.wait()
-        return 0.0
+        return self.sync_s
 
     def clock(self):
         return self._clock.read()
 
     def cancel(self) -> None:
         with self._cond:
+            self._waiting.clear()
             self._live.clear()
 
     def close(self) -> None:
@@ -83,9 +109,6 @@ class ScriptedStreamingEngine(EngineBase):
             self._cond.notify_all()
         self._thread.join(timeout=5)
 
-    def sequence_logprobs(self, prompt_ids, completion_ids):
-        return [-self.value / 10] * len(completion_ids)
-
     # ----------------------------------------------------------------------- the loop
     def _run(self) -> None:
         while True:
@@ -93,11 +116,11 @@ class ScriptedStreamingEngine(EngineBase):
             with self._cond:
                 if self._swap is not None:
                     self._clock.switch("sync")
-                    self.value, self.version, applied = self._swap
+                    weights, version, applied = self._swap
                     self._swap = None
-                    self.applied.append((self.version, self.tick))
+                    self.apply(weights, version)
                     applied.set()
-                while not self._live and self._swap is None and not self._stop:
+                while not self._live and not self._waiting and self._swap is None and not self._stop:
                     self._clock.switch("idle")
                     self._cond.wait()
                 if self._stop:
@@ -106,16 +129,16 @@ class ScriptedStreamingEngine(EngineBase):
                     continue
                 self._clock.switch("busy")
                 self.tick += 1
+                while self._waiting and len(self._live) < self.rows:
+                    self._live.append(self._waiting.pop(0))
                 for seq in self._live:
-                    seq["tokens"].append(3 + self.value)
-                    seq["logp"].append(-self.value / 10)
-                    seq["v"].append(self.version)
-                for seq in [s for s in self._live if len(s["tokens"]) >= s["length"]]:
+                    self.emit(seq)
+                for seq in [s for s in self._live if len(s["v"]) >= s["length"]]:
                     self._live.remove(seq)
                     group = seq["group"]
                     group["out"][seq["i"]] = Completion(
                         token_ids=seq["tokens"],
-                        finished=False,
+                        finished=self.finished_flag,
                         logprobs=seq["logp"],
                         weight_version=min(seq["v"]),
                         token_weight_versions=seq["v"],
@@ -125,4 +148,37 @@ class ScriptedStreamingEngine(EngineBase):
                         finished.append(group)
             for group in finished:  # outside the lock: the callback may submit more
                 group["done"](group["out"])
-            time.sleep(self.random.uniform(0, self.max_pause_s))
+            self.pause()
+
+
+class ScriptedStreamingEngine(TickingEngine):
+    """See the module docstring."""
+
+    def __init__(self, seed: int = 0, max_pause_s: float = 0.002, eos_token_id: int = 2):
+        self.random = random.Random(seed)
+        self.max_pause_s = max_pause_s
+        self.eos_token_id = eos_token_id
+        self.value = 0  # the weights' number
+        self.applied: list[tuple[int, int]] = []  # (version, tick) of every swap
+        super().__init__(name="scripted-engine")
+
+    def length(self, request, sampling) -> int:
+        return 1 + request.seed % sampling.max_new_tokens
+
+    def weights_of(self, named_tensors) -> int:
+        return int(float(dict(named_tensors)["w"]))
+
+    def apply(self, weights: int, version: int | None) -> None:
+        self.value, self.version = weights, version
+        self.applied.append((version, self.tick))
+
+    def emit(self, seq: dict) -> None:
+        seq["tokens"].append(3 + self.value)
+        seq["logp"].append(-self.value / 10)
+        seq["v"].append(self.version)
+
+    def pause(self) -> None:
+        time.sleep(self.random.uniform(0, self.max_pause_s))
+
+    def sequence_logprobs(self, prompt_ids, completion_ids):
+        return [-self.value / 10] * len(completion_ids)
