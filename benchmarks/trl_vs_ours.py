@@ -191,7 +191,6 @@ def trl_config(s: dict, checkpointing: bool, **overrides):
 
 def run_trl(setting: str, model_dir: str | None, table: str, trl_vllm: bool = False, precision: str = "fp32") -> dict:
     from datasets import Dataset  # noqa: PLC0415  (optional: TRL's venv)
-    from transformers import TrainerCallback  # noqa: PLC0415  (TRL's side; allocates: not before ours' huge pages)
     from trl import GRPOTrainer  # noqa: PLC0415  (optional: TRL's venv)
 
     s = SETTINGS[setting]
@@ -199,9 +198,29 @@ def run_trl(setting: str, model_dir: str | None, table: str, trl_vllm: bool = Fa
     timer = GenerateTimer(model)
     steps: list[dict] = []
 
-    class StepTimes(TrainerCallback):
-        """Each step from its start to the next one's (its logging included, as for ours)."""
+    extra = {}
+    if table == "fastest" and trl_vllm:
+        extra = dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3)
+    config = trl_config(s, checkpointing=table == "identical", bf16=precision == "bf16", **extra)
+    dataset = Dataset.from_list(prompt_records(max(64, s["prompts"] * s["steps"]), s["prompts_from"], tokenizer))
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[arithmetic_close],
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[trl_step_times(timer, steps, s["prompts"] * s["generations"])],
+    )
+    trainer.train()
+    return {"steps": steps}
 
+
+def trl_step_times(timer: GenerateTimer, steps: list[dict], sequences: int):
+    """A TRL callback appending each step to ``steps``: its seconds from its start to the next one's
+    (its logging included, as for ours), the seconds ``timer`` counted generating, its completion tokens."""
+    from transformers import TrainerCallback  # noqa: PLC0415  (TRL's side; allocates: not before ours' huge pages)
+
+    class StepTimes(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
             now = time.perf_counter()
             if steps:
@@ -218,23 +237,9 @@ def run_trl(setting: str, model_dir: str | None, table: str, trl_vllm: bool = Fa
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "completions/mean_length" in logs and steps:
-                steps[-1]["tokens"] = logs["completions/mean_length"] * s["prompts"] * s["generations"]
+                steps[-1]["tokens"] = logs["completions/mean_length"] * sequences
 
-    extra = {}
-    if table == "fastest" and trl_vllm:
-        extra = dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3)
-    config = trl_config(s, checkpointing=table == "identical", bf16=precision == "bf16", **extra)
-    dataset = Dataset.from_list(prompt_records(max(64, s["prompts"] * s["steps"]), s["prompts_from"], tokenizer))
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=[arithmetic_close],
-        args=config,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[StepTimes()],
-    )
-    trainer.train()
-    return {"steps": steps}
+    return StepTimes()
 
 
 def our_config(

@@ -22,8 +22,10 @@ from grpo_lightning.config import TrainConfig, checkpointing_mode, validate_conf
 from grpo_lightning.config.effective import apply_model_defaults, differences
 from grpo_lightning.data import PromptDataModule
 from grpo_lightning.data.files import max_prompt_tokens, prompt_check
+from grpo_lightning.data.images import image_refs
 from grpo_lightning.data.mixture import head_per_source
 from grpo_lightning.data.prompting import PromptFormatter
+from grpo_lightning.data.vision_prompting import VisionPrompts
 from grpo_lightning.environments.limits import EpisodeTaskConfig
 from grpo_lightning.environments.rollout import EpisodeRollout
 from grpo_lightning.environments.startup_checks import check_environment
@@ -31,9 +33,12 @@ from grpo_lightning.evaluation.episodes import EpisodeEvaluator
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.allocator import apply_huge_pages, huge_pages_report, release_freed_memory
 from grpo_lightning.models.compile import compile_training_models
+from grpo_lightning.models.loading import default_lora_targets
 from grpo_lightning.models.lora import apply_lora, lora_enabled
 from grpo_lightning.models.memory import check_memory
 from grpo_lightning.models.sharding import build_strategy
+from grpo_lightning.models.vision.loading import vision_model_type
+from grpo_lightning.models.vision.processor import as_tokenizer, processor_of
 from grpo_lightning.rewards.sources import bind_sources, build_sources
 from grpo_lightning.rewards.sources.sandbox import keep_private
 from grpo_lightning.rollout import (
@@ -46,6 +51,7 @@ from grpo_lightning.rollout import (
 )
 from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
 from grpo_lightning.rollout.pipeline import PipelineRolloutGenerator, PromptStream
+from grpo_lightning.rollout.vllm_vision import refuse_unsupported
 from grpo_lightning.run_objects import take_objects
 from grpo_lightning.runtime.checkpoints import RunCheckpoints, checkpoints_in, fit_refusing_code, resume_path
 from grpo_lightning.runtime.csv_logger import ResumableCSVLogger, csv_version
@@ -209,7 +215,7 @@ def build_run(
     given = take_objects(
         cfg,
         model=model,
-        tokenizer=tokenizer,
+        tokenizer=as_tokenizer(tokenizer),  # TRL's processing_class may be a VLM's processor
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         reward_funcs=reward_funcs,
@@ -218,6 +224,9 @@ def build_run(
     cfg.task = cfg.task.promoted()  # TaskConfig(name="gsm") from Python: gsm's own options, rewards included
     apply_model_defaults(cfg)  # the CLI's composition did it already; a config made in Python gets them here
     validate_config(cfg)
+    if cfg.rollout.engine == "vllm" and given.policy is None:  # a VLM family vLLM cannot run here: said first
+        refuse_unsupported(vision_model_type(cfg.model), cfg.rollout)
+
     quiet_console(load_vllm=cfg.rollout.engine == "vllm")  # third-party notes nobody acts on (logging_setup.py)
     rank_zero_info("config (values that differ from the defaults): " + ", ".join(differences(cfg)))
     # A second run in this folder fails here, at once; what this one writes is private to its user.
@@ -233,7 +242,8 @@ def build_run(
         loaded = None if given.tokenizer is None else (given.tokenizer, _context(given.policy))
         records = checked("train_dataset", *records, prompt_check(cfg, loaded))
     datamodule = build_datamodule(cfg, records)
-    check_memory(cfg)  # a batch that cannot fit: refused now, not minutes into the first step
+    # A batch that cannot fit: refused now, not minutes into the first step.
+    check_memory(cfg, images_per_prompt=max((len(image_refs(r)) for r in datamodule.train_records[:1000]), default=0))
     resume_from = resume_path(cfg.trainer.resume, cfg.trainer.output_dir)
     record = config_record(cfg)
     # Another model shape, a refused change, a truncated file: one line now, not after the model loads.
@@ -246,7 +256,7 @@ def build_run(
     if given.policy is not None:
         policy, tokenizer = given.policy, given.tokenizer
         if lora_enabled(cfg.model.lora):
-            policy = apply_lora(policy, cfg.model.lora)
+            policy = apply_lora(policy, cfg.model.lora, default_targets=default_lora_targets(policy))
     else:
         policy, tokenizer = load_policy(cfg.model)
         tokenizer = given.tokenizer or tokenizer
@@ -286,6 +296,8 @@ def build_run(
         **extra,
     )
     rollout.max_steps, rollout.num_train_prompts = cfg.trainer.max_steps, len(datamodule.train_records)
+    if processor_of(tokenizer) is not None:  # a vision-language policy: prompts with their images
+        rollout.vision = VisionPrompts(processor_of(tokenizer), cfg.task.system_prompt)
     if isinstance(task := cfg.task.promoted(), EpisodeTaskConfig):  # multi-turn: episodes in an environment
         context = r.vllm.max_model_len or getattr(policy.config, "max_position_embeddings", None)
         rollout.episodes = EpisodeRollout.from_task(
@@ -333,7 +345,7 @@ def build_run(
     lg = cfg.logger
     report = RunReport(t.output_dir, lg.table_every_n_steps, lg.table_rows, health, checkpoints, lg.report_png)
     callbacks += [report, checkpoints]  # the report first: a checkpoint's report includes its step
-    if isinstance(rollout, PipelineRolloutGenerator):  # a stop signal stops the producer at once
+    if isinstance(rollout, PipelineRolloutGenerator):  # a stop signal: the producer admits only what the step needs
         rollout.stopping = lambda: checkpoints.signals.received is not None
     logger = build_logger(cfg, logged_config)
     if isinstance(logger, WandbLogger) and cfg.logger.table_every_n_steps > 0:

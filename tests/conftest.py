@@ -119,6 +119,16 @@ def rollout(policy, tokenizer):
     return batch
 
 
+@pytest.fixture(scope="session")
+def tiny_vlm_folders(tmp_path_factory) -> dict[str, str]:
+    """One tiny random VLM of each family (llava, qwen2_vl) saved as a Hugging Face folder, once per
+    session: tests load them as a user's folder loads (helpers/vision.py)."""
+    from helpers.vision import FAMILIES, save_tiny_vlm  # noqa: PLC0415  (kept out of xdist's controller)
+
+    root = tmp_path_factory.mktemp("tiny_vlms")
+    return {family: save_tiny_vlm(family, str(root / family)) for family in FAMILIES}
+
+
 @dataclass
 class SessionEngine:
     """The session's vLLM engine and what starting it did (or did not do) to the process."""
@@ -248,6 +258,8 @@ DDP_SCENARIOS = {
     "nan_one_rank": 4,
     "f2_twin": 4,
     "trl_rewards": 2,
+    "vision_ddp": 3,
+    "vision_fsdp": 3,
 }
 
 

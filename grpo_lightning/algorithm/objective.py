@@ -44,6 +44,7 @@ class MicroBatch:
     prompt_width: int  # prompt columns kept; completions start here
     completion_mask: torch.Tensor  # [b, num_cols] bool, sampled tokens (EOS included)
     engine_logprobs: torch.Tensor | None  # [b, num_cols], the sampler's log-probs (vLLM)
+    vision: list | None = None  # [b] each row's VisionInputs (records/vision.py) or None; None: a text policy
 
     @property
     def num_cols(self) -> int:

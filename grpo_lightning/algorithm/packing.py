@@ -35,6 +35,9 @@ class PackedMicroBatch:
     targets: torch.Tensor  # [n] the completion tokens, in [b, C] row-major order
     completion_valid: torch.Tensor  # [b, C] bool: positions of the completion layout that are real tokens
     num_real_tokens: int  # tokens of the micro-batch (prompt and completion)
+    # [T] flat index into [R * W] of every real token, sequence after sequence: where per-token inputs other
+    # than the ids (a VLM's input embeddings and 3-D positions) go when packed
+    dest: torch.Tensor | None = None
 
     @property
     def padding_share(self) -> float:
@@ -103,6 +106,7 @@ def pack_layout(tokens: VarLen, completion_valid: torch.Tensor) -> PackedMicroBa
         targets=tokens.values[is_completion],
         completion_valid=completion_valid,
         num_real_tokens=int(lengths.sum()),
+        dest=dest,
     )
 
 

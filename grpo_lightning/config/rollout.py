@@ -157,6 +157,9 @@ class VLLMConfig(Schema):
         "After each sync compare engine and policy log-probs of a fixed canary (before the version bump); fail beyond verify_tolerance.",
     )
     verify_tolerance: float = option(1e-3, "Largest allowed |engine - policy| log-prob difference of the canary.")
+    images_per_prompt: int = option(
+        4, "A vision-language policy: the most images one prompt may carry (vLLM's limit_mm_per_prompt)."
+    )
     sync: VLLMSyncConfig = option(
         VLLMSyncConfig(), "How weights reach the engine: transport, timeout, retries, adapters."
     )
@@ -174,6 +177,7 @@ class VLLMConfig(Schema):
             f"{p}gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]",
         )
         check(problems, self.verify_tolerance > 0, f"{p}verify_tolerance={self.verify_tolerance} must be > 0")
+        check(problems, self.images_per_prompt >= 1, f"{p}images_per_prompt={self.images_per_prompt} must be >= 1")
         return problems
 
 

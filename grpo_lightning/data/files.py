@@ -12,6 +12,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
+from grpo_lightning.data.image_checks import check_images, has_images, text_parts
+from grpo_lightning.data.images import resolve_paths
 from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.data.rows import check_text_file
 from grpo_lightning.errors import ConfigError, DataError
@@ -71,6 +73,7 @@ def read_records(path: str, field: str, prompt_column: str | None) -> list[dict]
             f"{data.column_names}: rename the prompt column or set task.prompt_column to one of them"
         )
     records = data.to_list()
+    resolve_paths(records, source if source.is_dir() else source.parent)  # image paths relative to the data
     if prompt_column != "prompt":
         for record in records:
             record["prompt"] = record.pop(prompt_column)
@@ -98,15 +101,35 @@ def _check_prompt_shape(prompt, path: str, row: int, column: str) -> None:
         return
     if isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt):
         for message in prompt:
-            if message.get("role") not in ROLES or not isinstance(message.get("content"), str):
-                raise DataError(f"{where}: message {message!r} needs a role in {list(ROLES)} and a string content")
-        if not any(m["content"].strip() for m in prompt):
+            if message.get("role") not in ROLES or not _content_ok(message.get("content")):
+                raise DataError(
+                    f"{where}: message {str(message)[:120]!r} needs a role in {list(ROLES)} and a content: a string, "
+                    "or a list of {'type': 'text', 'text': ...} and {'type': 'image'} parts"
+                )
+        if not any(_has_content(m["content"]) for m in prompt):
             raise DataError(f"{where}: every message is empty; give every row a prompt, or drop the row")
         return
     raise DataError(
         f"{where} must be a string or a list of chat messages [{{'role': ..., 'content': ...}}], "
         f"got {type(prompt).__name__}: {str(prompt)[:80]!r}"
     )
+
+
+def _content_ok(content) -> bool:
+    """A message's content: a string, or TRL's structured parts (text and image)."""
+    if isinstance(content, str):
+        return True
+    return isinstance(content, list) and all(
+        isinstance(p, dict)
+        and (p.get("type") == "image" or (p.get("type") == "text" and isinstance(p.get("text"), str)))
+        for p in content
+    )
+
+
+def _has_content(content) -> bool:
+    if isinstance(content, str):
+        return bool(content.strip())
+    return any(p.get("type") == "image" or p.get("text", "").strip() for p in content)
 
 
 def check_prompts(records: list[dict], formatter, max_prompt_tokens: int, source: str, truncate: bool = False) -> int:
@@ -117,7 +140,9 @@ def check_prompts(records: list[dict], formatter, max_prompt_tokens: int, source
     char_ok: dict[str, bool] = {}
     for row, record in enumerate(records):
         prompt = record["prompt"]
-        texts = [prompt] if isinstance(prompt, str) else [m["content"] for m in prompt]
+        if has_images(record):  # vetted with the processor by check_images
+            continue
+        texts = text_parts(prompt)
         bad = unencodable(tokenizer, texts, char_ok)
         if bad:
             raise DataError(
@@ -190,7 +215,13 @@ def prompt_check(cfg, loaded: tuple | None = None):
             f"rollout.max_new_tokens well below {context}"
         )
 
+    char_ok: dict[str, bool] = {}
+
+    def bad_chars(texts: list[str]) -> list[str]:
+        return unencodable(tokenizer, texts, char_ok)
+
     def check(records: list[dict], source: str) -> None:
+        check_images(records, source, tokenizer, limit, cfg.model.name_or_path, bad_chars)
         cut = check_prompts(records, formatter, limit, source, truncate=t.truncate_prompts)
         if cut:
             rank_zero_warn(

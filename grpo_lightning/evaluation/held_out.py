@@ -60,10 +60,8 @@ class Evaluator:
     def _scores(self, records: list[dict], per_record: int, sampling: Sampling, step: int, rank: int):
         seeds = group_seeds(self.seed, rank, _EVAL_STEP_OFFSET + step, len(records), per_record)
         expanded = [record for record in records for _ in range(per_record)]
-        requests = [
-            GenerationRequest(self.rollout.tokenize_prompt(r["prompt"]), seed)
-            for r, seed in zip(expanded, seeds, strict=True)
-        ]
+        inputs = [self.rollout.prompt_inputs(r) for r in expanded]  # ids, and a VLM's images
+        requests = [GenerationRequest(ids, seed, vision) for (ids, vision), seed in zip(inputs, seeds, strict=True)]
         completions = self.rollout.engine.generate(requests, sampling)
         texts = self.rollout.tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
         fields = repeat_columns(records, per_record)

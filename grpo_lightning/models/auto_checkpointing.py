@@ -58,8 +58,9 @@ def _config_value(config, *names, default=None):
 
 
 def activation_bytes(model: nn.Module, rows: int, width: int) -> int:
-    """Bytes of activations the decoder keeps for the backward of a [rows, width] batch, unrecomputed."""
-    config = model.config
+    """Bytes of activations the decoder keeps for the backward of a [rows, width] batch, unrecomputed
+    (a vision-language model's: its text decoder's, from its text config)."""
+    config = getattr(model.config, "text_config", None) or model.config
     hidden = _config_value(config, "hidden_size", "n_embd", "d_model")
     layers = _config_value(config, "num_hidden_layers", "n_layer", "num_layers")
     heads = _config_value(config, "num_attention_heads", "n_head", default=1)

@@ -22,6 +22,8 @@ from grpo_lightning.algorithm.packing import PackedMicroBatch, pack_micro_batch,
 from grpo_lightning.algorithm.truncation import Truncation
 from grpo_lightning.config.algorithm import logprob_chunk_mb
 from grpo_lightning.models.sharding import is_sharded
+from grpo_lightning.models.vision.forward import VisionLogProbs
+from grpo_lightning.records import VisionInputs
 
 # Mean |packed - padded| log-prob of the probe above which packing is declared broken. Both
 # computations see the same tokens; they differ by summation order only: ~1e-6 in float32,
@@ -55,6 +57,7 @@ class CompletionLogProbs:
         self.pack = pack
         self.packing_verified: bool | None = None  # None: the probe has not run yet
         self.last_padding_share: float | None = None  # of the last packed micro-batch
+        self.vision = VisionLogProbs(self._chunk_rows, kernels)  # micro-batches with images (models/vision/)
 
     def __call__(
         self,
@@ -67,9 +70,26 @@ class CompletionLogProbs:
         entropy_grad: bool = False,
         packed: Callable[[], PackedMicroBatch] | None = None,
         truncation: Truncation | None = None,
+        vision: list[VisionInputs | None] | None = None,
     ) -> TokenLogProbs:
         """``packed``, if given, returns these rows already packed (a micro-batch packs once for all its passes);
-        ``truncation``, the engine's top-k / top-p filter to replay (``algorithm.truncated_sampling``)."""
+        ``truncation``, the engine's top-k / top-p filter to replay (``algorithm.truncated_sampling``);
+        ``vision``, each row's images: the rows of a vision-language policy (:class:`VisionLogProbs`)."""
+        if vision is not None:
+            out = self.vision(
+                model,
+                input_ids,
+                attention_mask,
+                prompt_width,
+                temperature,
+                vision,
+                with_entropy,
+                entropy_grad,
+                truncation,
+                pack=self.pack,
+            )
+            self.last_padding_share = self.vision.last_padding_share
+            return out
         if self.pack and self.packing_verified is None:
             self.packing_verified = self._probe(model)
         # A micro-batch without a completion token has nothing to pack (and no graph without one).

@@ -14,6 +14,14 @@ from grpo_lightning.models.smollm2 import NAME as SMOLLM2
 from grpo_lightning.models.smollm2 import ensure_smollm2
 from grpo_lightning.models.source import model_source
 from grpo_lightning.models.tiny import TINY_CONTEXT, build_char_tokenizer, build_tiny_policy
+from grpo_lightning.models.vision.families import is_vision_config
+from grpo_lightning.models.vision.loading import (
+    TINY_VLM,
+    is_vision_source,
+    language_lora_targets,
+    load_vision_policy,
+    load_vision_processor,
+)
 
 
 def load_policy(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -29,8 +37,14 @@ def load_policy(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerB
         # embeddings under LoRA) and with DDP.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if lora_enabled(cfg.lora):
-        model = apply_lora(model, cfg.lora)
+        model = apply_lora(model, cfg.lora, default_targets=default_lora_targets(model))
     return model, tokenizer
+
+
+def default_lora_targets(model) -> list[str] | None:
+    """LoRA's targets when ``model.lora.target_modules`` is empty: a VLM's language model only; None
+    (peft's all-linear) for a text model."""
+    return language_lora_targets(model) if is_vision_config(getattr(model, "config", None)) else None
 
 
 def torch_dtype(name: str) -> torch.dtype | str:
@@ -61,7 +75,10 @@ def _load(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         if cfg.dtype != "auto":  # the tiny model's own dtype is float32
             model = model.to(torch_dtype(cfg.dtype))
         return model, tokenizer
-    source = str(ensure_smollm2()) if cfg.name_or_path == SMOLLM2 else model_source(cfg.name_or_path)
+    source = _source(cfg)
+    if is_vision_source(cfg, source):  # a vision-language model (models/vision/)
+        with _named(cfg.name_or_path, source or cfg.name_or_path):
+            return load_vision_policy(cfg, source, torch_dtype(cfg.dtype))
     with _named(cfg.name_or_path, source):
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype(cfg.dtype))
@@ -71,12 +88,22 @@ def _load(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     return model, tokenizer
 
 
+def _source(cfg: ModelConfig) -> str | None:
+    """The folder or hub name ``model.name_or_path`` loads from; None for the in-code tiny VLM."""
+    if cfg.name_or_path == TINY_VLM:
+        return None
+    return str(ensure_smollm2()) if cfg.name_or_path == SMOLLM2 else model_source(cfg.name_or_path)
+
+
 def load_tokenizer(cfg: ModelConfig) -> tuple[PreTrainedTokenizerBase, int | None]:
     """The policy's tokenizer and context length (max_position_embeddings), without loading
     the weights: enough to check the prompts before the model loads."""
     if cfg.name_or_path == "tiny":
         return build_char_tokenizer(cfg.tiny.alphabet), TINY_CONTEXT
-    source = str(ensure_smollm2()) if cfg.name_or_path == SMOLLM2 else model_source(cfg.name_or_path)
+    source = _source(cfg)
+    if is_vision_source(cfg, source):
+        with _named(cfg.name_or_path, source or cfg.name_or_path):
+            return load_vision_processor(cfg, source)
     with _named(cfg.name_or_path, source):
         tokenizer = AutoTokenizer.from_pretrained(source)
         context = getattr(AutoConfig.from_pretrained(source), "max_position_embeddings", None)

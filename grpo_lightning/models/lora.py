@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from grpo_lightning.models.vision.processor import saved_with
 from grpo_lightning.models.weight_files import overwrite_tensors
 
 if TYPE_CHECKING:
@@ -42,8 +43,9 @@ def lora_enabled(cfg: LoraModelConfig) -> bool:
     return cfg.rank > 0 or cfg.config_file is not None
 
 
-def peft_config(cfg: LoraModelConfig):
-    """The ``peft.LoraConfig`` of ``model.lora``: from its config file, or rank / alpha / dropout / targets."""
+def peft_config(cfg: LoraModelConfig, default_targets: list[str] | None = None):
+    """The ``peft.LoraConfig`` of ``model.lora``: from its config file, or rank / alpha / dropout / targets
+    (``default_targets`` where ``target_modules`` is empty: peft's all-linear if None)."""
     from peft import LoraConfig, PeftConfig  # noqa: PLC0415  (peft: optional, the lora extra)
 
     if cfg.config_file is not None:
@@ -71,21 +73,22 @@ def peft_config(cfg: LoraModelConfig):
         r=cfg.rank,
         lora_alpha=cfg.alpha,
         lora_dropout=cfg.dropout,
-        target_modules=list(cfg.target_modules) or DEFAULT_TARGETS,
+        target_modules=list(cfg.target_modules) or default_targets or DEFAULT_TARGETS,
         bias="none",
         task_type="CAUSAL_LM",
     )
 
 
-def apply_lora(model: nn.Module, cfg: LoraModelConfig) -> nn.Module:
-    """``model`` wrapped in LoRA adapters (a ``PeftModelForCausalLM``); only the adapters train."""
+def apply_lora(model: nn.Module, cfg: LoraModelConfig, default_targets: list[str] | None = None) -> nn.Module:
+    """``model`` wrapped in LoRA adapters (a ``PeftModelForCausalLM``); only the adapters train
+    (``default_targets``: the layers adapted when ``model.lora.target_modules`` is empty)."""
     try:
         from peft import get_peft_model  # noqa: PLC0415  (peft: optional, the lora extra)
     except ImportError as err:
         raise ImportError(
             "model.lora needs the peft package: pip install 'grpo_lightning[lora]' (or pip install peft)"
         ) from err
-    return get_peft_model(model, peft_config(cfg), autocast_adapter_dtype=True)
+    return get_peft_model(model, peft_config(cfg, default_targets), autocast_adapter_dtype=True)
 
 
 def is_peft_model(model: nn.Module) -> bool:
@@ -248,7 +251,7 @@ def save_merged(
         base.save_pretrained(str(folder), safe_serialization=True)
     _plain_architectures(folder)
     if tokenizer is not None:
-        tokenizer.save_pretrained(str(folder))
+        saved_with(tokenizer).save_pretrained(str(folder))  # a VLM's processor, with its tokenizer
     return folder
 
 

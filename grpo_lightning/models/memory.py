@@ -6,9 +6,10 @@ to a halt). The estimate counts what is surely alive at the peak of a step: the 
 reference copy for the KL term), gradients and AdamW's two moments, the rollout's KV cache and
 sampling logits, the step's whole batch (its per-token tensors, the decoded texts the rewards and
 health checks read, the checks' per-sample arrays: linear in the batch, since no check compares
-samples pair by pair), and the activations and logits of the largest micro-batch. It counts no
-prompt tokens and no allocator overhead, so it errs low: a run it refuses cannot fit;
-``trainer.memory_check=false`` skips it.
+samples pair by pair), and the activations and logits of the largest micro-batch; for a
+vision-language policy, its image tokens and the vision tower's activations for a micro-batch's
+prompts. It counts no text prompt tokens and no allocator overhead, so it errs low: a run it
+refuses cannot fit; ``trainer.memory_check=false`` skips it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 import psutil
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
 from grpo_lightning.errors import ConfigError
 from grpo_lightning.models.loading import torch_dtype
@@ -26,6 +27,9 @@ from grpo_lightning.models.smollm2 import NAME as SMOLLM2
 from grpo_lightning.models.smollm2 import ensure_smollm2
 from grpo_lightning.models.source import model_source
 from grpo_lightning.models.tiny import build_char_tokenizer, build_tiny_policy
+from grpo_lightning.models.vision.families import is_vision_config
+from grpo_lightning.models.vision.loading import TINY_VLM
+from grpo_lightning.models.vision.tiny import build_tiny_vlm, build_vision_tokenizer
 
 GIB = 1 << 30
 # Bytes per token per layer kept by the training pass beyond the layer input: attention and MLP
@@ -48,6 +52,12 @@ class Shape:
     vocab: int
     kv_width: int  # key/value heads x head_dim
     bytes_per_param: int
+    # A vision-language policy (0 for text): the tower's width and layers, each image's patches (what the
+    # tower computes on) and image tokens (what the language model sees); 0 where the processor decides.
+    vision_hidden: int = 0
+    vision_layers: int = 0
+    patches_per_image: int = 0
+    tokens_per_image: int = 0
 
 
 def model_shape(model_cfg) -> Shape:
@@ -56,11 +66,18 @@ def model_shape(model_cfg) -> Shape:
         if model_cfg.name_or_path == "tiny":
             t = model_cfg.tiny
             model = build_tiny_policy(build_char_tokenizer(t.alphabet), t.hidden_size, t.num_layers, t.num_heads)
+        elif model_cfg.name_or_path == TINY_VLM:
+            v = model_cfg.tiny_vlm
+            tokenizer = build_vision_tokenizer(v.family)
+            args = (v.family, v.hidden_size, v.num_layers, v.num_heads, v.vision_layers, v.image_size, v.patch_size)
+            model, _ = build_tiny_vlm(tokenizer, *args)
         else:
             name = model_cfg.name_or_path
             config = AutoConfig.from_pretrained(str(ensure_smollm2()) if name == SMOLLM2 else model_source(name))
-            model = AutoModelForCausalLM.from_config(config)
-    c = model.config
+            auto = AutoModelForImageTextToText if is_vision_config(config) else AutoModelForCausalLM
+            model = auto.from_config(config)
+    vision = vision_shape(model.config)
+    c = getattr(model.config, "text_config", None) or model.config
     dtype = torch_dtype(model_cfg.dtype)
     if not isinstance(dtype, torch.dtype):  # auto: the checkpoint's own
         dtype = getattr(c, "torch_dtype", None) or torch.float32
@@ -74,15 +91,30 @@ def model_shape(model_cfg) -> Shape:
         vocab=c.vocab_size,
         kv_width=(getattr(c, "num_key_value_heads", None) or heads) * head_dim,
         bytes_per_param=torch.empty((), dtype=dtype).element_size(),
+        **vision,
     )
 
 
-def step_bytes(cfg, shape: Shape) -> dict[str, int]:
-    """The estimate's parts in bytes, by what the user can change."""
+def vision_shape(config) -> dict[str, int]:
+    """A VLM config's vision tower: width, layers, patches and image tokens per image (where fixed)."""
+    v = getattr(config, "vision_config", None)
+    if v is None:
+        return {}
+    width = getattr(v, "hidden_size", None) or getattr(v, "embed_dim", 0)
+    layers = getattr(v, "num_hidden_layers", None) or getattr(v, "depth", 0)
+    side, patch = getattr(v, "image_size", 0), getattr(v, "patch_size", 1)
+    patches = (side // patch) ** 2 if side else 0  # fixed-size towers (CLIP, SigLIP); 0: the processor decides
+    return {"vision_hidden": width, "vision_layers": layers, "patches_per_image": patches, "tokens_per_image": patches}
+
+
+def step_bytes(cfg, shape: Shape, images_per_prompt: int = 0) -> dict[str, int]:
+    """The estimate's parts in bytes, by what the user can change (``images_per_prompt``: the most a
+    prompt of the data carries)."""
     r, a, t = cfg.rollout, cfg.algorithm, cfg.trainer
     batch = r.prompts_per_step * r.num_generations
     micro = a.micro_batch(batch)  # width unknown: auto at its fewest sequences, so the estimate errs low
-    tokens = r.max_new_tokens  # prompt tokens not counted: the estimate errs low
+    # Text prompt tokens not counted (the estimate errs low); a prompt's image tokens are.
+    tokens = r.max_new_tokens + images_per_prompt * shape.tokens_per_image
     w = shape.bytes_per_param
     lora = cfg.model.lora.rank > 0 or cfg.model.lora.config_file is not None
     trainable = 0 if lora else shape.params
@@ -102,6 +134,10 @@ def step_bytes(cfg, shape: Shape) -> dict[str, int]:
         logits = min(logits, int(chunk_mb * (1 << 20)))
     activations = micro * tokens * shape.hidden * w * (shape.layers + _LAYER_WORK)
     parts[f"activations and logits of a {micro}-sequence micro-batch"] = activations + logits
+    if images_per_prompt and shape.vision_hidden:  # the tower runs once per distinct prompt of a micro-batch
+        prompts = -(-micro // r.num_generations)
+        patches = prompts * images_per_prompt * shape.patches_per_image
+        parts["vision tower activations"] = patches * shape.vision_hidden * w * (shape.vision_layers + _LAYER_WORK)
     return parts
 
 
@@ -118,12 +154,14 @@ def available_bytes(accelerator: str) -> tuple[int, str]:
     return psutil.virtual_memory().available, "of CPU memory available"
 
 
-def check_memory(cfg, shape: Shape | None = None, available: tuple[int, str] | None = None) -> None:
+def check_memory(
+    cfg, shape: Shape | None = None, available: tuple[int, str] | None = None, images_per_prompt: int = 0
+) -> None:
     """ConfigError when the estimated peak of one step exceeds the free memory, naming what to lower."""
     if not cfg.trainer.memory_check:
         return
     shape = shape or model_shape(cfg.model)
-    parts = step_bytes(cfg, shape)
+    parts = step_bytes(cfg, shape, images_per_prompt)
     free, where = available or available_bytes(cfg.trainer.accelerator)
     total = sum(parts.values())
     if total <= free:

@@ -19,6 +19,8 @@ CPU with gloo as on GPUs with NCCL.
 
 from __future__ import annotations
 
+import copy
+
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
@@ -65,9 +67,18 @@ def shard_module(module, mesh) -> None:
     """Shard a GRPOModule's policy and (a model of its own) reference over ``mesh``."""
     if is_sharded(module.policy):
         return
+    if isinstance(module.reference, nn.Module) and _shares_parameters(module.reference, module.policy):
+        # Each FSDP root shards its own parameters: a reference sharing the policy's frozen ones (a VLM's
+        # vision tower) gets a copy of its own first.
+        module.reference = copy.deepcopy(module.reference)
     shard_model(module.policy, mesh)
     if isinstance(module.reference, nn.Module):
         shard_model(module.reference, mesh)
+
+
+def _shares_parameters(a: nn.Module, b: nn.Module) -> bool:
+    mine = {id(p) for p in a.parameters()}
+    return any(id(p) in mine for p in b.parameters())
 
 
 def build_strategy(strategy: str, devices: int, num_nodes: int):
@@ -77,3 +88,23 @@ def build_strategy(strategy: str, devices: int, num_nodes: int):
     from lightning.pytorch.strategies import ModelParallelStrategy  # noqa: PLC0415  (lightning: after trainer.huge_pages)
 
     return ModelParallelStrategy(data_parallel_size=devices * num_nodes, tensor_parallel_size=1)
+
+
+def through_root(model: nn.Module, fn, *args):
+    """``fn(*args)`` run as the forward of ``model``'s root module: under FSDP2 the root unit's parameters
+    (embeddings, output head, a VLM's projector) are gathered only inside the root's forward, and its
+    gradients reduced only for tensors that forward returned. A VLM's passes call its parts directly
+    (the tower, the embeddings, the text decoder); routed through here they get the root's hooks too.
+    ``fn`` must return tensors (or tuples of them); without FSDP it is simply called."""
+    root = _root(model)
+    if not is_sharded(root):
+        return fn(*args)
+    own = root.__dict__.get("forward")
+    root.forward = fn
+    try:
+        return root(*args)
+    finally:
+        if own is None:
+            del root.forward
+        else:
+            root.forward = own

@@ -18,6 +18,7 @@ from grpo_lightning.records.step import (
     TokenLogProbs,
 )
 from grpo_lightning.records.varlen import VarLen
+from grpo_lightning.records.vision import VisionInputs
 
 __all__ = [
     "TOKEN_FIELDS",
@@ -30,4 +31,5 @@ __all__ = [
     "StepResult",
     "TokenLogProbs",
     "VarLen",
+    "VisionInputs",
 ]

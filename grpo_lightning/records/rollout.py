@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 
 from grpo_lightning.records.varlen import VarLen
+from grpo_lightning.records.vision import VisionInputs, moved
 
 
 @dataclass
@@ -89,6 +90,8 @@ class RolloutBatch:
     reward_extra: dict[str, list] = field(default_factory=dict)  # column -> [N]: what rewards gave log_extra
     episodes: list[dict] = field(default_factory=list)  # [N] an episode's turns, stop reason, tools (plain data)
     episode_limits: dict = field(default_factory=dict)  # an episode task's limits (max_turns, context, ...)
+    # [N] each sequence's prompt images (records/vision.py; a group's rows share one object); None: text only
+    vision: list[VisionInputs | None] | None = None
 
     def __post_init__(self) -> None:
         n = self.prompt_ids.shape[0]
@@ -104,6 +107,8 @@ class RolloutBatch:
                 raise ValueError(
                     f"RolloutBatch.{name} has shape {tuple(value.shape)}, expected {tuple(self.completion_ids.shape)}"
                 )
+        if self.vision is not None and len(self.vision) != n:
+            raise ValueError(f"RolloutBatch.vision has {len(self.vision)} entries, expected {n}")
         if self.loss_mask is not None and bool((self.loss_mask.bool() & ~self.completion_mask.bool()).any()):
             raise ValueError("RolloutBatch.loss_mask marks a padding token (outside completion_mask)")
 
@@ -127,13 +132,14 @@ class RolloutBatch:
         return self.completion_mask if self.loss_mask is None else self.loss_mask
 
     def to(self, device: torch.device | str) -> RolloutBatch:
-        moved = {
+        moved_fields = {
             f.name: getattr(self, f.name).to(device)
             for f in fields(self)
             if isinstance(getattr(self, f.name), torch.Tensor)
         }
-        moved["reward_components"] = {k: v.to(device) for k, v in self.reward_components.items()}
-        return replace(self, **moved)
+        moved_fields["reward_components"] = {k: v.to(device) for k, v in self.reward_components.items()}
+        moved_fields["vision"] = moved(self.vision, device)
+        return replace(self, **moved_fields)
 
     # ----------------------------------------------------------------------- variable-length views
     def completion_layout(self, name: str = "completion_ids") -> VarLen:

@@ -34,6 +34,7 @@ from typing import Protocol
 import torch
 
 from grpo_lightning.algorithm import tied_groups
+from grpo_lightning.data.images import image_refs, ref_key
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.engine import Completion, GenerationRequest, RolloutEngine, Sampling
 from grpo_lightning.rollout.seeding import sample_seed
@@ -67,6 +68,14 @@ def prompt_key(prompt: str | list[dict]) -> str:
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
 
 
+def record_key(record: dict) -> str | tuple:
+    """A row's prompt as a set member (:func:`prompt_key`), with its images where it has some: one question
+    over two pictures is two prompts."""
+    images = image_refs(record)
+    key = prompt_key(record["prompt"])
+    return (key, *(ref_key(r) for r in images)) if images else key
+
+
 class DynamicSampling:
     """Fills a generation batch with informative groups; see the module docstring."""
 
@@ -78,13 +87,11 @@ class DynamicSampling:
         self.pool = pool
         self.max_rounds = max_rounds
 
-    def extra_prompts(
-        self, run_seed: int, rank: int, step: int, round_index: int, count: int, used: set[str]
-    ) -> list[dict]:
+    def extra_prompts(self, run_seed: int, rank: int, step: int, round_index: int, count: int, used: set) -> list[dict]:
         """Round ``round_index``'s prompts: a seeded permutation of the pool, minus prompts used this step."""
         generator = torch.Generator().manual_seed(sample_seed(run_seed, rank, step, -round_index, -1))
         order = torch.randperm(len(self.pool), generator=generator).tolist()
-        fresh = [self.pool[i] for i in order if prompt_key(self.pool[i]["prompt"]) not in used]
+        fresh = [self.pool[i] for i in order if record_key(self.pool[i]) not in used]
         if len(fresh) < count:  # a small pool: allow repeats rather than stop
             fresh += [self.pool[i] for i in order][: count - len(fresh)]
         return fresh[:count]
@@ -94,7 +101,7 @@ class DynamicSampling:
         size, wanted = generator.num_generations, len(records)
         informative: list[tuple[dict, list, list]] = []  # (record, requests, completions) per group
         tied: list[tuple[dict, list, list]] = []
-        used = {prompt_key(r["prompt"]) for r in records}
+        used = {record_key(r) for r in records}
         batch_records, rounds, generated, first_frac = records, 0, 0, 0.0
         while True:
             requests = generator.build_requests(batch_records, step, rank, first_prompt=generated)
@@ -111,7 +118,7 @@ class DynamicSampling:
             if len(informative) >= wanted or rounds >= self.max_rounds:
                 break
             batch_records = self.extra_prompts(generator.seed, rank, step, rounds, wanted, used)
-            used.update(prompt_key(r["prompt"]) for r in batch_records)
+            used.update(record_key(r) for r in batch_records)
         found = min(len(informative), wanted)
         chosen = informative[:wanted] + tied[: wanted - found]
         batch = generator.assemble(

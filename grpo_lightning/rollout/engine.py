@@ -16,7 +16,7 @@ import torch
 
 from grpo_lightning.config import RolloutConfig, TrainConfig
 from grpo_lightning.errors import ServerError
-from grpo_lightning.records import Completion
+from grpo_lightning.records import Completion, VisionInputs
 from grpo_lightning.registry import Registry
 
 
@@ -37,10 +37,12 @@ class Sampling:
 
 @dataclass
 class GenerationRequest:
-    """One completion to sample: the prompt's token ids and the seed of its random stream."""
+    """One completion to sample: the prompt's token ids and the seed of its random stream; for a
+    prompt with images, its :class:`VisionInputs` (the same object for a group's G requests)."""
 
     prompt_ids: list[int]
     seed: int
+    vision: VisionInputs | None = None
 
 
 class EngineError(ServerError):

@@ -41,9 +41,10 @@ FUSED_CHECK_ATOL = 1e-4
 FUSED_MAX_COPY_BYTES = 64 * 2**20
 
 
-def fused_decode_support(model: nn.Module, total_length: int) -> str | None:
-    """None when :class:`FusedDecoder` computes ``model``'s forward over ``total_length`` positions; else why not."""
-    unsupported = layout_support(model, total_length)
+def fused_decode_support(model: nn.Module, total_length: int, name: str | None = None) -> str | None:
+    """None when :class:`FusedDecoder` computes ``model``'s forward over ``total_length`` positions; else why not
+    (``name``: the causal-LM class ``model`` stands for, e.g. a VLM's text decoder: its own class's by default)."""
+    unsupported = layout_support(model, total_length, name)
     if unsupported is not None:
         return unsupported
     if any(p.dtype != torch.float32 for p in model.parameters()):
@@ -61,9 +62,9 @@ def fused_decode_support(model: nn.Module, total_length: int) -> str | None:
     return None
 
 
-def layout_support(model: nn.Module, total_length: int) -> str | None:
+def layout_support(model: nn.Module, total_length: int, name: str | None = None) -> str | None:
     """None when the fused layers compute ``model``'s decoder (any float dtype, any size); else why not."""
-    name = type(model).__name__
+    name = name or type(model).__name__
     if name not in FUSED_ARCHITECTURES:
         return f"{name} is not one of {FUSED_ARCHITECTURES}"
     config = model.config
@@ -284,7 +285,11 @@ class FusedDecoder:
 
     @torch.no_grad()
     def prefill(self, prompt_ids: torch.Tensor) -> torch.Tensor:
-        hidden = F.embedding(prompt_ids, self.weights.embedding)  # [B, P, hidden]
+        return self.prefill_embeddings(F.embedding(prompt_ids, self.weights.embedding))
+
+    @torch.no_grad()
+    def prefill_embeddings(self, hidden: torch.Tensor) -> torch.Tensor:
+        """:meth:`prefill` from the prompts' input embeddings [B, P, hidden] (a VLM's, images in place)."""
         slots = slice(0, self.prefilled)
         for index in range(len(self.weights.layers)):
             hidden = self._layer(index, hidden, self.prompt_rotation, slots, self.prompt_bias)

@@ -20,7 +20,8 @@ from transformers import PreTrainedTokenizerBase
 
 from grpo_lightning.data.lookahead import current_records
 from grpo_lightning.data.prompting import PromptFormatter
-from grpo_lightning.records import PolicyWeights
+from grpo_lightning.data.vision_prompting import VisionPrompts, display_text
+from grpo_lightning.records import PolicyWeights, VisionInputs
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rewards.columns import repeat_columns
 from grpo_lightning.rewards.scorer import RewardState, as_reward_completions
@@ -91,6 +92,8 @@ class RolloutGenerator:
         # (for the epoch), set by build_run; 0 where unknown.
         self.max_steps = 0
         self.num_train_prompts = 0
+        # A vision-language policy's prompts (rows with images), set by build_run: ids and images per prompt.
+        self.vision: VisionPrompts | None = None
 
     # ----------------------------------------------------------------------- set-up
     def setup(self, policy: nn.Module) -> None:
@@ -148,11 +151,15 @@ class RolloutGenerator:
         # Prompt indices first_prompt.. : the tail of the seeds of first_prompt + len(records) prompts.
         seeds = group_seeds(self.seed, rank, step, first_prompt + len(records), self.num_generations)
         seeds = seeds[first_prompt * self.num_generations :]
-        expanded = [record for record in records for _ in range(self.num_generations)]
-        return [
-            GenerationRequest(self.tokenize_prompt(record["prompt"]), seed)
-            for record, seed in zip(expanded, seeds, strict=True)
-        ]
+        prompts = [self.prompt_inputs(record) for record in records]  # once per prompt, shared by its G requests
+        expanded = [prompt for prompt in prompts for _ in range(self.num_generations)]
+        return [GenerationRequest(ids, seed, vision) for (ids, vision), seed in zip(expanded, seeds, strict=True)]
+
+    def prompt_inputs(self, record: dict) -> tuple[list[int], VisionInputs | None]:
+        """A record's prompt ids, and its images for a vision-language policy (None for text)."""
+        if self.vision is not None:
+            return self.vision(record)
+        return self.tokenize_prompt(record["prompt"]), None
 
     def assemble(
         self,
@@ -179,7 +186,10 @@ class RolloutGenerator:
             completion_ids=[list(c.token_ids) for c in completions],
             trainer_state=self.reward_state(step, len(records)),
         )
-        if prompts and not isinstance(prompts[0], str):  # chat messages: the batch keeps their text
+        if self.vision is not None:  # images shown (and identified) by their hashes in the prompt's text
+            token = self.vision.image_token_id
+            prompts = [display_text(self.tokenizer, r.prompt_ids, r.vision, token) for r in requests]
+        elif prompts and not isinstance(prompts[0], str):  # chat messages: the batch keeps their text
             prompts = [self.tokenizer.decode(r.prompt_ids) for r in requests]
         num_tokens = int(completion_mask.sum())
         versions = [c.weight_version for c in completions if c.weight_version is not None]
@@ -208,6 +218,7 @@ class RolloutGenerator:
             sources=[str(s) for s in fields["data_source"]] if "data_source" in fields else [],
             timing=timing,
             weight_version=min(versions) if versions else None,
+            vision=[r.vision for r in requests] if self.vision is not None else None,
             **RolloutBatch.pad_token_fields(completions),
         )
 

@@ -24,6 +24,8 @@ from transformers import DynamicCache, GenerationConfig, LogitsProcessor, Logits
 from grpo_lightning.config import HF_DECODERS, TrainConfig
 from grpo_lightning.models.compile import eager_generation
 from grpo_lightning.models.sharding import is_sharded
+from grpo_lightning.models.vision.families import is_vision_config
+from grpo_lightning.models.vision.features import FeatureCache
 from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.engine import ENGINES, Completion, EngineBase, GenerationRequest, Sampling
 from grpo_lightning.rollout.fused_decode import FusedDecoder, FusedWeights, fused_decode_support
@@ -35,6 +37,7 @@ from grpo_lightning.rollout.graph_decode import (
 )
 from grpo_lightning.rollout.pipeline.hf_engine import HFPipelineEngine
 from grpo_lightning.rollout.sampler import SeededSampler
+from grpo_lightning.rollout.vision_decode import VisionDecoder, fused_text_decoder
 
 
 class _SampleInProcessor(LogitsProcessor):
@@ -159,6 +162,9 @@ class HFEngine(EngineBase):
         self.fused_checked: bool | None = None
         self._fused_weights: FusedWeights | None = None  # the policy's, during one generate call
         self.model = model
+        # A vision-language policy decodes with VisionDecoder (models/vision/: images, 3-D positions).
+        self.vision = is_vision_config(getattr(model, "config", None))
+        self._features: FeatureCache | None = None  # image features of one generate call's prompts
         self.pad_token_id = pad_token_id
         self.eos_token_id = eos_token_id
         self.batch_size = batch_size
@@ -177,6 +183,7 @@ class HFEngine(EngineBase):
             return completions
         finally:
             self._fused_weights = None  # copies of weights that change with the next optimizer step
+            self._features = None  # made by weights that change with the next optimizer step
             self.model.train(was_training)
 
     def _progress(self, requests: list[GenerationRequest], sampling: Sampling):
@@ -190,7 +197,7 @@ class HFEngine(EngineBase):
         )
 
     def _generate_chunk(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:
-        if self.decoder in ("loop", "fused", "graph") and not is_sharded(self.model):
+        if self.vision or (self.decoder in ("loop", "fused", "graph") and not is_sharded(self.model)):
             return self._decode_chunk(requests, sampling)
         device = next(self.model.parameters()).device
         prompt_ids, prompt_mask = RolloutBatch.pad_prompts([r.prompt_ids for r in requests], self.pad_token_id)
@@ -221,7 +228,14 @@ class HFEngine(EngineBase):
         prompt_ids, mask = prompt_ids.to(device), mask.to(device)
         sampler = SeededSampler([r.seed for r in requests], sampling)
         progress = self._progress(requests, sampling)
-        decoder = self._decoder(mask, sampling.max_new_tokens - 1)
+        if self.vision:
+            self._features = self._features or FeatureCache()  # a prompt's features once per generate call
+            fused = (
+                fused_text_decoder(self.model, mask, sampling.max_new_tokens - 1) if self.decoder == "fused" else None
+            )
+            decoder = VisionDecoder(self.model, mask, [r.vision for r in requests], self._features, fused)
+        else:
+            decoder = self._decoder(mask, sampling.max_new_tokens - 1)
         logits = decoder.prefill(prompt_ids)
         if isinstance(decoder, GraphDecoder):  # checked already: the draw joins the recorded step
             loop = SampledGraphLoop(decoder, sampler, logits, self.pad_token_id, self.eos_token_id)
@@ -229,6 +243,8 @@ class HFEngine(EngineBase):
         ended = torch.zeros(len(requests), dtype=torch.bool, device=device)
         tokens, logprobs = [], []
         check_every = self.check_every(device)
+        if is_sharded(self.model):  # every rank steps as often as the others (each forward is collectives)
+            check_every = sampling.max_new_tokens + 1
         for step in range(sampling.max_new_tokens):
             token, logp = sampler.draw(logits)
             token = torch.where(ended, self.pad_token_id, token)  # as generate pads ended rows

@@ -54,6 +54,13 @@ from grpo_lightning.rollout.temp_folders import owned_socket_dir, owned_temp_dir
 from grpo_lightning.rollout.transports import TRANSPORTS
 from grpo_lightning.rollout.vllm_server import VLLMServerEngine
 from grpo_lightning.rollout.vllm_server_pool import VLLMServerPool
+from grpo_lightning.rollout.vllm_vision import (
+    EngineVision,
+    checked_prompt,
+    prepare_vllm,
+    refuse_unsupported,
+    write_engine_weights,
+)
 
 
 def _is_cpu_platform() -> bool:
@@ -78,10 +85,13 @@ class VLLMEngine:
         seed: int,
         eos_token_id: int | None = None,
         transport: str | None = None,
+        vision: EngineVision | None = None,
     ):
         """``config`` is ``rollout.vllm``, ``seed`` the run's; ``transport`` names how weights are
-        pushed (None: ``memory`` in process, ``folder`` out of process)."""
+        pushed (None: ``memory`` in process, ``folder`` out of process); ``vision``: a
+        vision-language policy's image token and family (its prompts carry images: vllm_vision.py)."""
         self.config = config
+        self.vision = vision
         self.seed = seed
         self.transport = TRANSPORTS[transport or ("memory" if config.in_process else "folder")]()
         self.model_dir = str(model_dir)
@@ -107,9 +117,13 @@ class VLLMEngine:
 
         The folder lives as long as the engine (vLLM reads the config and tokenizer from it).
         """
+        prepare_vllm(policy)  # a vision-language policy's family, without torchvision
         folder = owned_temp_dir("vllm-model")
-        save_merged(policy, folder.name, tokenizer)  # a LoRA policy: its merged weights
-        engine = cls(folder.name, config, seed, eos_token_id=tokenizer.eos_token_id)
+        save_merged(policy, folder.name, tokenizer)  # a LoRA policy: its merged weights; a VLM: its processor
+        vision = EngineVision.of(policy)
+        if vision is not None:
+            write_engine_weights(policy, folder.name)  # under the names vLLM's loader takes
+        engine = cls(folder.name, config, seed, eos_token_id=tokenizer.eos_token_id, vision=vision)
         engine._model_folder = folder  # keep it alive
         return engine
 
@@ -124,6 +138,8 @@ class VLLMEngine:
             kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
         if s.max_model_len is not None:
             kwargs["max_model_len"] = s.max_model_len
+        if self.vision is not None:
+            kwargs["limit_mm_per_prompt"] = {"image": s.images_per_prompt}
         from vllm import LLM  # noqa: PLC0415  (vllm: optional, the vllm extra)
 
         def start():
@@ -210,15 +226,19 @@ class VLLMEngine:
     def _generate(self, requests: list[GenerationRequest], sampling: Sampling) -> list[Completion]:
         from vllm.inputs import TokensPrompt  # noqa: PLC0415  (vllm: optional, the vllm extra)
 
-        prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
+        if self.vision is not None:  # images as multimodal data (vllm_vision.py)
+            prompts = [self.vision.prompt(r) for r in requests]
+        else:
+            prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
         params = [self.sampling_params(r, sampling) for r in requests]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         completions = []
-        for output in outputs:
+        for request, output in zip(requests, outputs, strict=True):
             sample = output.outputs[0]
             tokens = list(sample.token_ids)
             logprobs = [step[token].logprob for step, token in zip(sample.logprobs, tokens, strict=True)]
-            completions.append(Completion(token_ids=tokens, finished=sample.finish_reason == "stop", logprobs=logprobs))
+            completion = Completion(token_ids=tokens, finished=sample.finish_reason == "stop", logprobs=logprobs)
+            completions.append(checked_prompt(request, output.prompt_token_ids, completion))
         return completions
 
     # ------------------------------------------------------------------ scoring
@@ -262,6 +282,8 @@ class VLLMEngine:
         self.weight_version = version
         self.transport.push(PolicyWeights(snapshot, version), self)
         self.llm.reset_prefix_cache()
+        if self.vision is not None:  # image embeddings cached by image: made by the old tower
+            self.llm.llm_engine.reset_encoder_cache()
         return time.perf_counter() - start
 
     def reload_weights(self, **source) -> None:
@@ -294,6 +316,8 @@ class VLLMEngine:
 def vllm_engine(policy, tokenizer, cfg: TrainConfig) -> RolloutEngine:
     """vLLM on the policy's weights: in this process (or its own), or a server's client when
     ``rollout.vllm.server`` names one (``launch`` or ``url``)."""
+    if EngineVision.of(policy) is not None:  # a vision-language policy: the in-process engine only (for now)
+        refuse_unsupported(policy.config.model_type, cfg.rollout)
     if cfg.rollout.uses_server:
         lora = None
         if cfg.rollout.vllm.sync.adapter == "auto" and is_peft_model(policy):  # adapter-only sync

@@ -19,6 +19,7 @@ from transformers.utils import logging as hf_logging
 
 from grpo_lightning.models.allocator import trim_heap
 from grpo_lightning.models.lora import is_peft_model, save_adapter, save_merged
+from grpo_lightning.models.vision.processor import saved_with
 from grpo_lightning.rollout.temp_folders import remove_dead_owners
 
 ADAPTER_FOLDER = "adapter"  # a LoRA policy's adapter folder, inside the exported one
@@ -47,7 +48,7 @@ def export_hf(
         save_merged(policy, staging, state=state)  # config, weights, generation config
         if is_peft_model(policy):
             save_adapter(policy, staging / ADAPTER_FOLDER, state=state)
-        tokenizer.save_pretrained(staging)
+        saved_with(tokenizer).save_pretrained(staging)  # a VLM's processor (tokenizer, image processor)
         generation = getattr(policy, "generation_config", None)
         if generation is not None and not (staging / "generation_config.json").exists():
             generation.save_pretrained(staging)

@@ -35,6 +35,7 @@ def micro_batches(rollout: RolloutBatch, size: int) -> Iterator[MicroBatch]:
             prompt_width=width - first,
             completion_mask=rollout.trained_mask[rows, :num_cols].bool(),
             engine_logprobs=engine[rows, :num_cols] if engine is not None else None,
+            vision=rollout.vision[rows] if rollout.vision is not None else None,  # whole rows: images with their text
         )
 
 
@@ -56,6 +57,7 @@ def frozen_log_probs(
             mb.prompt_width,
             rollout.temperature,
             packed=lambda mb=mb: mb.packed,
+            vision=mb.vision,
         )
         logp[mb.rows, : mb.num_cols] = out.logp
         finite[mb.rows, : mb.num_cols] = out.finite

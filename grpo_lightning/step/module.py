@@ -78,8 +78,12 @@ warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode",
 
 
 def _default_reference(policy: nn.Module):
-    """The frozen reference: a LoRA policy's base (adapters off, no copy), else a deep copy."""
-    return AdapterDisabledReference(policy) if is_peft_model(policy) else copy.deepcopy(policy)
+    """The frozen reference: a LoRA policy's base (adapters off, no copy), else a deep copy that shares the
+    policy's frozen parameters (a VLM's frozen vision tower: equal forever, so one copy and, per step,
+    one computation of a prompt's image features serve both)."""
+    if is_peft_model(policy):
+        return AdapterDisabledReference(policy)
+    return copy.deepcopy(policy, memo={id(p): p for p in policy.parameters() if not p.requires_grad})
 
 
 class GRPOModule(LifecycleHooks, L.LightningModule):
@@ -257,6 +261,7 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
                 entropy_grad=self.cfg.entropy_coef > 0,
                 packed=lambda mb=mb: mb.packed,
                 truncation=self.replay,
+                vision=mb.vision,
             )
             terms = micro_batch_loss(logprobs, mb, prepared, self.cfg)
             # The forward's freed blocks (checkpointed layers, logit chunks) back to the OS before the
@@ -316,12 +321,14 @@ class GRPOModule(LifecycleHooks, L.LightningModule):
         entropy_grad: bool = False,
         packed: Callable[[], PackedMicroBatch] | None = None,
         truncation: Truncation | None = None,
+        vision: list | None = None,
     ) -> TokenLogProbs:
         """Float32 log-probs [B, C] of the completion tokens (columns from ``prompt_width`` on),
         packed without padding when ``algorithm.pack_sequences`` (:class:`CompletionLogProbs`;
-        ``packed`` returns the rows packed already; ``truncation``: the sampling filter replayed)."""
+        ``packed`` returns the rows packed already; ``truncation``: the sampling filter replayed;
+        ``vision``: each row's images, for a vision-language policy)."""
         args = (model, input_ids, attention_mask, prompt_width, temperature, with_entropy, entropy_grad)
-        return self.forward_pass(*args, packed=packed, truncation=truncation)
+        return self.forward_pass(*args, packed=packed, truncation=truncation, vision=vision)
 
     def _frozen_log_probs(self, model: nn.Module, rollout: RolloutBatch, batches: list[MicroBatch]) -> TokenLogProbs:
         return frozen_log_probs(partial(self.completion_log_probs, truncation=self.replay), model, rollout, batches)

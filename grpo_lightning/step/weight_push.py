@@ -16,17 +16,22 @@ from grpo_lightning.models.adapter_sync import adapter_weights
 from grpo_lightning.models.lora import engine_weights
 from grpo_lightning.records import PolicyWeights
 from grpo_lightning.rollout.generator import RolloutGenerator
+from grpo_lightning.rollout.vllm_vision import engine_names, frozen_vision_names
 from grpo_lightning.rollout.weight_sync import ProbeScores, WeightSync
 
 
-def policy_weights(policy: torch.nn.Module, version: int, adapter: bool = False) -> PolicyWeights:
+def policy_weights(policy: torch.nn.Module, version: int, adapter: bool = False, whole: bool = True) -> PolicyWeights:
     """The tensors an engine loads: a LoRA policy's merged weights (out of place, timed), else its state
-    dict; with ``adapter``, only the LoRA adapter's tensors and config (adapter-only sync)."""
+    dict, under the engine's names (a VLM's, :mod:`grpo_lightning.rollout.vllm_vision`); with ``adapter``,
+    only the LoRA adapter's tensors and config (adapter-only sync). Not ``whole``: without a VLM's frozen
+    vision side, which the engine got with the first push and which never changes."""
     start = time.perf_counter()
     if adapter:
         tensors, config = adapter_weights(policy)
         return PolicyWeights(tensors, version, time.perf_counter() - start, adapter_config=config)
-    tensors = engine_weights(policy)
+    skipped = set() if whole else frozen_vision_names(policy)
+    named = engine_weights(policy) if not skipped else ((n, t) for n, t in engine_weights(policy) if n not in skipped)
+    tensors = list(engine_names(policy, named))
     return PolicyWeights(tensors, version, time.perf_counter() - start)
 
 
@@ -51,7 +56,8 @@ def push_weights(module, step: int, force: bool = False) -> dict[str, float]:
     sync = generator.weight_sync if generator is not None else None
     if sync is None or not (force or sync.due(step)):
         return {}
-    weights = policy_weights(module.policy, step, adapter=getattr(generator.engine, "takes_adapters", False))
+    adapter = getattr(generator.engine, "takes_adapters", False)
+    weights = policy_weights(module.policy, step, adapter=adapter, whole=force or sync.num_syncs == 0)
     expected = probe_scores(module, generator.tokenizer) if sync.verify else None
     return generator.sync_weights(weights, expected, rank=module.global_rank)
 

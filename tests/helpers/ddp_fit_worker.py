@@ -15,6 +15,9 @@ Scenarios:
 - ``fsdp``: the healthy run with ``trainer.strategy=fsdp`` (FSDP2 through Lightning's
   ModelParallelStrategy): the same prompts and seeds, so it must end with the weights of ``healthy``;
 - ``fsdp_lora``: ``fsdp`` with LoRA adapters (rank 8) and the KL term on;
+- ``vision_ddp``: the in-code tiny VLM with its vision tower frozen (``model.freeze_vision=true``) on
+  task=shapes: the frozen tower gets no gradient on any rank (DDP must not wait for one) and stays as it was;
+- ``vision_fsdp``: ``vision_ddp`` sharded with FSDP2: the same prompts and seeds, so the same weights at the end;
 - ``trl_rewards``: task=dataset on the sums of ``trl_sums.write_sums`` scored by the TRL-style rewards of
   trl_style_rewards.py (each asserts that every column value belongs to its prompt), with
   dynamic sampling: a misaligned column fails the run.
@@ -35,7 +38,7 @@ from trl_sums import write_sums  # beside this script (run as a file: its folder
 import grpo_lightning.rollout.generator as rollout_module
 import grpo_lightning.step.module as module_module
 from grpo_lightning.build import build_run
-from grpo_lightning.config import TrainConfig
+from grpo_lightning.config import TrainConfig, task_options
 from grpo_lightning.data import PromptDataModule
 from grpo_lightning.data.sampler import PromptSampler
 from grpo_lightning.models.lora import full_state_dict, merged_state_dict
@@ -129,11 +132,16 @@ def fit_scenario(scenario: str, out_dir: str, steps: int) -> None:
     cfg.trainer.devices = 2
     cfg.logger.kind = "none"
     cfg.trainer.output_dir = out_dir  # the exported hf/final goes there
-    if scenario.startswith("fsdp"):
+    if "fsdp" in scenario:
         cfg.trainer.strategy = "fsdp"
         cfg.algorithm.logprob_chunk_mb = 0.01  # several output-head chunks per micro-batch
     if scenario == "fsdp_lora":
         cfg.model.lora.rank = 8
+    if scenario.startswith("vision"):
+        cfg.model.name_or_path, cfg.model.freeze_vision = "tiny_vlm", "true"
+        cfg.task = task_options("shapes", size=64)
+        cfg.rollout.prompts_per_step, cfg.rollout.num_generations = 2, 4
+        cfg.eval.before_training = False
     if scenario == "trl_rewards":
         names = plugin_module(TRL_FILE, "task.reward_modules").ALL
         path = str(write_sums(Path(out_dir)))
@@ -149,7 +157,8 @@ def fit_scenario(scenario: str, out_dir: str, steps: int) -> None:
             dm.train_records, dm.val_records, dm.prompts_per_step, dm.seed, dm.num_batches
         )
     recorder = Recorder()
-    overrides = {} if scenario.startswith("fsdp") else {"strategy": "ddp"}
+    frozen_at_start = float(sum(p.double().sum() for p in run.module.policy.parameters() if not p.requires_grad))
+    overrides = {} if "fsdp" in scenario else {"strategy": "ddp"}
     trainer = run.trainer(cfg, callbacks=[*run.callbacks, recorder], enable_progress_bar=False, **overrides)
     trainer.fit(run.module, datamodule=run.datamodule)
     export = {}
@@ -187,6 +196,10 @@ def fit_scenario(scenario: str, out_dir: str, steps: int) -> None:
             sum(full(p).abs().sum() for n, p in run.module.policy.named_parameters() if "lora_B" in n)
         ),
         "strategy": type(trainer.strategy).__name__,
+        "frozen_checksum": float(
+            sum(full(p).double().sum() for p in run.module.policy.parameters() if not p.requires_grad)
+        ),
+        "frozen_at_start": frozen_at_start,
         "reward_calls": dict(plugin_module(TRL_FILE, "task.reward_modules").CALLS) if scenario == "trl_rewards" else {},
     }
     Path(out_dir, f"rank_{trainer.global_rank}.json").write_text(json.dumps(report))

@@ -382,3 +382,14 @@ def test_trl_vs_ours_child_reports_padding_and_flops(run_main, tiny_model_dir, m
     summary = trl_vs_ours.summarize([result], warmup=1)
     assert 0 <= summary["padding_share_packed"] < summary["padding_share_padded"] < 1
     assert summary["train_gflops"] > 0 and finite(summary["median_step_s"], summary["tokens_per_s"])
+
+
+@pytest.mark.slow
+def test_vision_trl_child_times_our_vlm_steps(run_main, monkeypatch):
+    """Our side of the VLM side-by-side (TRL's needs its venv): 3 steps on the tiny LLaVA folder."""
+    vision_trl = importlib.import_module("vision_trl")
+    folder = vision_trl.save_model("llava")
+    result = result_line(run_main("vision_trl", "--child", "ours", "--model-dir", folder, "--steps", "3"))
+    assert len(result["steps"]) == 3 and result["peak_rss_mb"] > 0
+    summary = vision_trl.summarize([result], warmup=1)
+    assert finite(summary["median_step_s"]) and 0 < summary["generation_share"] < 1 and summary["tokens_per_s"] > 0

@@ -96,3 +96,26 @@ def test_fsdp_trains_lora_adapters_with_the_base_as_reference(reports):
     export = fsdp_lora[0]["export"]  # merged weights (plain transformers) plus the adapter folder
     assert export["architectures"] == ["LlamaForCausalLM"] and export["same_names"] and export["max_abs_diff"] == 0.0
     assert export["adapter_folder"]
+
+
+def test_a_vlm_with_a_frozen_tower_trains_under_ddp(reports):
+    """The frozen tower gets no gradient on any rank: DDP neither waits for one nor moves it."""
+    vision = reports("vision_ddp")
+    for report in vision:
+        assert report["steps"] == 3 and report["global_step"] == 3 and report["strategy"] == "DDPStrategy"
+        assert report["frozen_at_start"] != 0 and report["frozen_checksum"] == report["frozen_at_start"]
+        assert [a["check"] for a in report["alerts"]] == []
+    assert vision[0]["weights_checksum"] == vision[1]["weights_checksum"]
+    assert vision[0]["prompts"] != vision[1]["prompts"]  # each rank its own prompts (and images)
+
+
+def test_a_vlm_with_a_frozen_tower_trains_sharded_and_ends_with_the_weights_of_ddp(reports):
+    """FSDP2 shards the VLM (the passes run as the root's forward, so the root unit is gathered): the same
+    prompts and seeds as under DDP give the same weights; the frozen tower stays as it was."""
+    sharded, replicated = reports("vision_fsdp"), reports("vision_ddp")
+    for report in sharded:
+        assert report["steps"] == 3 and report["strategy"] == "ModelParallelStrategy"
+        assert report["local_fraction"] < 0.75, "not sharded"
+        assert report["frozen_checksum"] == pytest.approx(report["frozen_at_start"], rel=1e-9)
+    assert sharded[0]["prompts"] == replicated[0]["prompts"]
+    assert sharded[0]["weights_checksum"] == pytest.approx(replicated[0]["weights_checksum"], rel=1e-6)

@@ -75,6 +75,8 @@ class PipelineRolloutGenerator(RolloutGenerator):
 
     def setup(self, policy: nn.Module) -> None:
         super().setup(policy)
+        if self.vision is not None:  # a policy handed in from Python (the CLI's config check says it first)
+            raise TypeError("rollout.mode=pipeline decodes text prompts only; a vision-language policy needs mode=sync")
         if not (isinstance(self.engine, StreamingEngine) and getattr(self.engine, "streams", False)):
             raise TypeError(
                 f"rollout.mode=pipeline needs an engine that takes requests and weights between decode steps; "
@@ -104,9 +106,9 @@ class PipelineRolloutGenerator(RolloutGenerator):
 
     def _make_group(self, stream: PromptStream, rank: int, ordinal: int) -> Group:
         record = stream.record(ordinal)
-        ids = self.tokenize_prompt(record["prompt"])
+        ids, vision = self.prompt_inputs(record)
         seeds = stream.seeds(self.seed, rank, ordinal, self.num_generations)
-        return Group(ordinal, record, [GenerationRequest(ids, seed) for seed in seeds])
+        return Group(ordinal, record, [GenerationRequest(ids, seed, vision) for seed in seeds])
 
     def fill(self) -> None:
         """Admit what the capacity rule allows and hand it to the engine (on every event that frees room)."""

@@ -15,6 +15,7 @@ REFUSED = {
     "lag": ({"rollout.pipeline.max_lag": 9}, "rollout.pipeline.max_lag=9 exceeds rollout.max_off_policy_steps=8"),
     "negative": ({"rollout.pipeline.max_in_flight": -1}, "rollout.pipeline.max_in_flight=-1 must be >= 0"),
     "fsdp": ({"trainer.strategy": "fsdp"}, "rollout.mode=pipeline with trainer.strategy=fsdp"),
+    "vision": ({"model.name_or_path": "tiny_vlm"}, "rollout.mode=pipeline with a vision-language policy"),
 }
 
 

@@ -1,0 +1,71 @@
+"""Both VLM families load from a saved folder and train 2 steps through the CLI on the HF engine, with
+images from a jsonl file; the run's outputs record the images and the export holds the processor."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.vision import FAMILIES, random_image
+
+from grpo_lightning import train
+
+QUESTION = [{"role": "user", "content": "how many?"}]
+
+
+def image_rows(folder: Path, count: int = 4) -> str:
+    """A jsonl file of prompts with 1-2 images each, by paths relative to the file."""
+    rng = random.Random(0)
+    (folder / "pics").mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(count):
+        names = []
+        for j in range(1 + i % 2):
+            random_image(rng).save(folder / "pics" / f"{i}_{j}.png")
+            names.append(f"pics/{i}_{j}.png")
+        rows.append({"prompt": QUESTION, "images": names, "answer": str(i)})
+    path = folder / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def run_cli(monkeypatch, *args: str) -> None:
+    monkeypatch.setattr(sys, "argv", ["grpo-lightning", *args])
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    try:
+        train.cli()
+    except SystemExit as stop:
+        assert stop.code in (0, None), f"exit {stop.code}"
+
+
+def run_args(model_folder: str, data: str, out: Path) -> list[str]:
+    """A 2-step run on the jsonl ``data`` with ``model_folder``'s VLM, its outputs in ``out``."""
+    return [
+        f"model.name_or_path={model_folder}",
+        "task=dataset",
+        f"task.path={data}",
+        "+task.rewards={shapes_short: 1.0}",
+        "task.val_fraction=0",
+        "rollout.prompts_per_step=2",
+        "rollout.num_generations=4",
+        "rollout.max_new_tokens=3",
+        "trainer.max_steps=2",
+        "logger=csv",
+        f"hydra.run.dir={out}",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_saved_vlm_trains_two_steps_through_the_cli(family, tiny_vlm_folders, tmp_path, monkeypatch):
+    data, out = image_rows(tmp_path / "data"), tmp_path / "run"
+    run_cli(monkeypatch, *run_args(tiny_vlm_folders[family], data, out), "logger.table_every_n_steps=1")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 2
+    rows = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
+    assert rows and all(r["images"] and r["images"][0].endswith(".png") for r in rows)
+    assert all("<image:" in r["prompt"] for r in rows)
+    assert (out / "hf" / "final" / "processor_config.json").is_file()
