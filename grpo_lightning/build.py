@@ -50,6 +50,7 @@ from grpo_lightning.rollout import (
     WeightSync,
 )
 from grpo_lightning.rollout.dynamic_sampling import DynamicSampling
+from grpo_lightning.rollout.pipeline import PipelineRolloutGenerator, PromptStream
 from grpo_lightning.rollout.vllm_vision import refuse_unsupported
 from grpo_lightning.run_objects import take_objects
 from grpo_lightning.runtime.checkpoints import RunCheckpoints, checkpoints_in, fit_refusing_code, resume_path
@@ -269,6 +270,11 @@ def build_run(
         generator_cls = AsyncRolloutGenerator
         extra = {"max_staleness": r.max_staleness, "max_off_policy_steps": r.max_off_policy_steps}
         extra["off_policy_action"] = r.off_policy_action
+    elif r.mode == "pipeline":
+        generator_cls = PipelineRolloutGenerator
+        extra = {"max_lag": r.pipeline.max_lag, "max_in_flight": r.pipeline.max_in_flight}
+        extra.update(max_off_policy_steps=r.max_off_policy_steps, off_policy_action=r.off_policy_action)
+        extra["max_sampling_rounds"] = r.max_sampling_rounds
     v = r.vllm
     bind_sources(cfg.rewards)  # rewards.<source>.* for the sources task.rewards names
     keep_private(cfg.trainer.output_dir)  # never shown to a sandboxed program, wherever it is
@@ -306,7 +312,9 @@ def build_run(
         )
         if r.engine == "hf" and (cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available()):
             say_step_estimate(policy, len(tokenizer), r.prompts_per_step * r.num_generations, prompt, task.max_turns, r)
-    if r.dynamic_sampling:
+    if isinstance(rollout, PipelineRolloutGenerator):
+        pipeline_inputs(rollout, datamodule, cfg)
+    elif r.dynamic_sampling:
         rollout.dynamic = DynamicSampling(datamodule.train_records, r.max_sampling_rounds)
     module = GRPOModule(
         policy,
@@ -342,10 +350,21 @@ def build_run(
     lg = cfg.logger
     report = RunReport(t.output_dir, lg.table_every_n_steps, lg.table_rows, health, checkpoints, lg.report_png)
     callbacks += [report, checkpoints]  # the report first: a checkpoint's report includes its step
+    if isinstance(rollout, PipelineRolloutGenerator):  # a stop signal: the producer admits only what the step needs
+        rollout.stopping = lambda: checkpoints.signals.received is not None
     logger = build_logger(cfg, logged_config)
     if isinstance(logger, WandbLogger) and cfg.logger.table_every_n_steps > 0:
         callbacks.append(CompletionsTable(cfg.logger.table_every_n_steps, cfg.logger.table_rows))
     return Run(module, datamodule, callbacks, logger, tokenizer, health, checkpoints, lock, report, resume_from)
+
+
+def pipeline_inputs(rollout: PipelineRolloutGenerator, datamodule: PromptDataModule, cfg: TrainConfig) -> None:
+    """What the pipeline's producer draws from: each rank's prompts in the loader's order, no more
+    batches than the run trains, dynamic sampling as a filter of finished groups."""
+    records, per_step = datamodule.train_records, datamodule.prompts_per_step
+    rollout.streams = lambda rank, world: PromptStream(records, lambda: datamodule.train_sampler(rank, world), per_step)
+    rollout.budget_batches = datamodule.num_batches
+    rollout.filter_tied = cfg.rollout.dynamic_sampling
 
 
 def say_step_estimate(policy, vocab: int, episodes: int, prompt: int, turns: int, r) -> None:

@@ -45,6 +45,9 @@ SUMS = (
 )  # fmt: skip
 MAXES = ("abs_dlogp_max", "abs_dp_max", "w_max", "negw_max")  # negw_max = -min(r)
 GROUPS = ("lag0", "lagged")
+# The lagged tokens split by their own lag (a pipelined sequence spans several): (lowest, highest, name).
+LAG_BUCKETS = ((1, 1, "1"), (2, 2, "2"), (3, math.inf, "3+"))
+LAG_STATS = ("tokens", "k1", "k3", "abs_dlogp")
 DEFAULT_BAND = Band("token_ratio", 0.5, 2.0)  # watched when no correction is configured
 PER_CORRECTION = {  # summed per correction as "<name>:<key>" -> its metric ``<metric>/<name>``
     "outside": "outside_band",
@@ -191,11 +194,25 @@ def mismatch_sums(
         if len(per) > 1:
             values += [v for o, r in per.values() for v in _flag_sums(o, r, group_on, seq_on)]
     values += [lag.sum(), lag.amax() if lag.numel() else lag.new_zeros(())]
+    if not no_lag:
+        values += _lag_bucket_sums(d, on, lag)
     flat = torch.stack(values).double().tolist()  # the one host read
     if no_lag:
         flat[-2:-2] = [0.0] * len(SUMS) + [-math.inf] * len(MAXES) + [0.0] * len(own)
+        flat += [0.0] * (len(LAG_BUCKETS) * len(LAG_STATS))
     keys = [f"{g}_{k}" for g in GROUPS for k in (*SUMS, *MAXES, *own)] + ["lag_sum", "lag_max"]
+    keys += [f"by_lag{name}_{k}" for _, _, name in LAG_BUCKETS for k in LAG_STATS]
     return dict(zip(keys, flat, strict=True))
+
+
+def _lag_bucket_sums(d: torch.Tensor, on: torch.Tensor, lag: torch.Tensor) -> list[torch.Tensor]:
+    """LAG_STATS of the tokens of each LAG_BUCKETS lag, token by token (not by sequence, as the groups)."""
+    r = torch.exp(d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    out = []
+    for low, high, _ in LAG_BUCKETS:
+        bucket = on & (lag >= low) & (lag <= high)
+        out += [bucket.double().sum(), _on(bucket, -d).sum(), _on(bucket, r - 1 - d).sum(), _on(bucket, d.abs()).sum()]
+    return out
 
 
 def add_sums(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
@@ -248,11 +265,18 @@ def _per_correction(s: dict[str, float], tokens: float, seqs: float) -> dict[str
 
 
 def mismatch_metrics(sums: dict[str, float]) -> dict[str, float]:
-    """``mismatch/*`` (lag-0 samples), ``mismatch/lagged/*`` and the version lag from :func:`mismatch_sums` totals."""
+    """``mismatch/*`` (lag-0 samples), ``mismatch/lagged/*``, the version lag and ``mismatch/by_lag/<1|2|3+>/*``
+    (the lagged tokens by their own lag) from :func:`mismatch_sums` totals."""
     metrics = {f"mismatch/{k}": v for k, v in group_metrics(sums, "lag0").items()}
     metrics.update({f"mismatch/lagged/{k}": v for k, v in group_metrics(sums, "lagged").items()})
     tokens = sums["lag0_tokens"] + sums["lagged_tokens"]
     if tokens > 0:
         metrics["mismatch/version_lag_mean"] = sums["lag_sum"] / tokens
         metrics["mismatch/version_lag_max"] = sums["lag_max"]
+    for _, _, name in LAG_BUCKETS:  # the lagged tokens by their lag: does the gap grow with it?
+        n = sums.get(f"by_lag{name}_tokens", 0.0)
+        if n > 0:
+            prefix, s = f"mismatch/by_lag/{name}/", {k: sums[f"by_lag{name}_{k}"] for k in LAG_STATS}
+            metrics.update({prefix + "k1": s["k1"] / n, prefix + "k3": s["k3"] / n, prefix + "tokens": n})
+            metrics[prefix + "abs_logp_diff_mean"] = s["abs_dlogp"] / n
     return metrics

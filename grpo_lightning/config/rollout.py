@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from grpo_lightning.config.base import Schema, check, choice, option
+from grpo_lightning.config.pipeline import PipelineConfig
 
 HF_DECODERS = ("fused", "loop", "generate", "graph")
-ROLLOUT_MODES = ("sync", "async")
+ROLLOUT_MODES = ("sync", "async", "pipeline")
 OFF_POLICY_ACTIONS = ("drop", "mask")  # what async generation does with samples beyond max_off_policy_steps
 
 
@@ -193,16 +194,20 @@ class RolloutConfig(Schema):
     hf_decoder: str = option(
         "fused", f"engine=hf: how the policy decodes, one of {HF_DECODERS} (same tokens, speeds differ)."
     )
-    mode: str = option("sync", f"One of {ROLLOUT_MODES}; async (vllm only) generates ahead while the module trains.")
+    mode: str = option(
+        "sync",
+        f"One of {ROLLOUT_MODES}; async (vllm) generates whole batches ahead, pipeline keeps the engine busy (docs/pipeline.md).",
+    )
     max_staleness: int = option(
         1, "async: how many generation batches run ahead of training (each is that many optimizer steps stale)."
     )
     max_off_policy_steps: int = option(
-        8, "async: most optimizer steps a trained token may lag the weights that sampled it; 0 = synchronous."
+        8, "async, pipeline: most optimizer steps a trained token may lag the weights that sampled it; 0 = synchronous."
     )
     off_policy_action: str = option(
-        "drop", f"async: what happens to samples beyond max_off_policy_steps, one of {OFF_POLICY_ACTIONS}."
+        "drop", f"async, pipeline: what happens to samples beyond max_off_policy_steps, one of {OFF_POLICY_ACTIONS}."
     )
+    pipeline: PipelineConfig = option(PipelineConfig(), "rollout.mode=pipeline: how far generation runs ahead.")
     vllm: VLLMConfig = option(VLLMConfig(), "vLLM engine settings (rollout.engine=vllm).")
     dynamic_sampling: bool = option(
         False, "DAPO's dynamic sampling: drop groups with equal rewards and draw more prompts to fill the batch."
@@ -238,8 +243,9 @@ class RolloutConfig(Schema):
         )
         check(
             problems,
-            not self.dynamic_sampling or self.mode == "sync",
-            f"{p}dynamic_sampling=true needs {p}mode=sync (async batches are queued before their rewards are known)",
+            not self.dynamic_sampling or self.mode != "async",
+            f"{p}dynamic_sampling=true needs {p}mode=sync or pipeline (async batches are queued before their rewards "
+            "are known)",
         )
         check(problems, self.max_staleness >= 1, f"{p}max_staleness={self.max_staleness} must be >= 1")
         check(
@@ -253,6 +259,32 @@ class RolloutConfig(Schema):
             self.mode != "async" or self.engine != "hf",
             f"{p}mode=async needs {p}engine=vllm or a plug-in engine that generates in the background "
             "(the HF engine generates with the policy being trained)",
+        )
+        if self.mode == "pipeline":
+            problems += self.pipeline_problems(p)
+        return problems
+
+    def pipeline_problems(self, p: str) -> list[str]:
+        """mode=pipeline: an engine that takes new weights between decode steps, and a bound the lag can meet."""
+        problems: list[str] = []
+        check(
+            problems,
+            self.engine != "vllm",
+            f"{p}mode=pipeline with {p}engine=vllm is not built yet: the in-process LLM.generate blocks for a whole "
+            "call and cannot take weights mid-sequence, and pausing a vLLM server with its requests kept is not "
+            f"wired; use {p}engine=hf for pipeline, or {p}mode=async with vllm",
+        )
+        check(
+            problems,
+            self.engine != "hf" or self.hf_decoder in ("fused", "graph"),
+            f"{p}mode=pipeline with {p}hf_decoder={self.hf_decoder}: sequences join and leave the decode batch "
+            f"between tokens, which only the fused layers do; use {p}hf_decoder=fused (or graph)",
+        )
+        check(
+            problems,
+            self.pipeline.max_lag <= self.max_off_policy_steps,
+            f"{p}pipeline.max_lag={self.pipeline.max_lag} exceeds {p}max_off_policy_steps={self.max_off_policy_steps}: "
+            "most groups would lag past the bound and be dropped; lower max_lag or raise the bound",
         )
         return problems
 

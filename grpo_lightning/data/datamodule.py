@@ -59,16 +59,20 @@ class PromptDataModule(L.LightningDataModule):
         self.val_batch_size = val_batch_size or prompts_per_step
         self.source_weights = source_weights
 
-    def train_dataloader(self) -> ResumableLoader:
-        trainer = self.trainer  # None outside a Trainer (e.g. in a notebook or a unit test)
-        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+    def train_sampler(self, rank: int, world: int) -> PromptSampler:
+        """The seeded order of rank ``rank``'s training prompts (indices into ``train_records``): what the
+        loader batches, and what the pipeline's producer draws from (``rollout/pipeline/stream.py``)."""
         per_rank = self.num_batches or len(self.train_records) // (self.prompts_per_step * world)
         shape = dict(seed=self.seed, rank=rank, world_size=world, batch_size=self.prompts_per_step)
         if self.source_weights:
             sources = [source_of(r) for r in self.train_records]
-            sampler = MixtureSampler(sources, self.source_weights, per_rank * self.prompts_per_step, **shape)
-        else:
-            sampler = PromptSampler(len(self.train_records), per_rank * self.prompts_per_step, **shape)
+            return MixtureSampler(sources, self.source_weights, per_rank * self.prompts_per_step, **shape)
+        return PromptSampler(len(self.train_records), per_rank * self.prompts_per_step, **shape)
+
+    def train_dataloader(self) -> ResumableLoader:
+        trainer = self.trainer  # None outside a Trainer (e.g. in a notebook or a unit test)
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        sampler = self.train_sampler(rank, world)
         loader = DataLoader(
             self.train_records,
             batch_size=self.prompts_per_step,

@@ -22,6 +22,7 @@ from grpo_lightning.health.mismatch import MismatchCheck
 from grpo_lightning.health.no_update import NoUpdateCheck
 from grpo_lightning.health.nonfinite import NonFiniteCheck
 from grpo_lightning.health.normalization import NormalizationCheck
+from grpo_lightning.health.pipeline_lag import PipelineLagCheck
 from grpo_lightning.health.reward_hacking import RewardHackingCheck
 from grpo_lightning.health.reward_hacks import RewardHacksCheck
 from grpo_lightning.health.reward_signal import RewardSignalCheck
@@ -51,6 +52,7 @@ __all__ = [
     "NoUpdateCheck",
     "NonFiniteCheck",
     "NormalizationCheck",
+    "PipelineLagCheck",
     "RewardHackingCheck",
     "RewardHacksCheck",
     "RewardSignalCheck",

@@ -12,6 +12,7 @@ from grpo_lightning.rollout.batch import RolloutBatch
 from grpo_lightning.rollout.engine import ENGINES, Completion, EngineBase, GenerationRequest, RolloutEngine, Sampling
 from grpo_lightning.rollout.generator import RolloutGenerator
 from grpo_lightning.rollout.hf import HFEngine
+from grpo_lightning.rollout.pipeline import PipelineRolloutGenerator
 from grpo_lightning.rollout.seeding import group_seeds, sample_seed
 from grpo_lightning.rollout.transports import TRANSPORTS
 from grpo_lightning.rollout.vllm import VLLMEngine
@@ -25,6 +26,7 @@ __all__ = [
     "EngineBase",
     "GenerationRequest",
     "HFEngine",
+    "PipelineRolloutGenerator",
     "RolloutBatch",
     "RolloutEngine",
     "RolloutGenerator",

@@ -22,6 +22,8 @@ model's forward and falls back, with a warning, if they differ.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -123,24 +125,49 @@ def _rotary_pairs_adjacent(tensor: torch.Tensor, head_dim: int) -> torch.Tensor:
     return heads.transpose(1, 2).reshape(tensor.shape)
 
 
+class RowSlots(NamedTuple):
+    """A decode step's cache writes when every row writes its own column (``rows``: ``arange(B)``); ``flat``:
+    each (row, kv head)'s index into the cache viewed as ``[B x kv_heads x width, head_dim]``; ``end``: the
+    columns attended to (past every row's last write)."""
+
+    rows: torch.Tensor
+    columns: torch.Tensor
+    flat: torch.Tensor
+    end: int
+
+
 class _LayerWeights:
     """One decoder layer's weights, q/k/v and gate/up each fused into one matmul."""
 
     def __init__(self, layer: nn.Module):
         attention = layer.self_attn
-        q, k, v = (_weight_and_bias(p) for p in (attention.q_proj, attention.k_proj, attention.v_proj))
-        self.head_dim, kv_width = attention.head_dim, v[0].shape[0]
+        self.head_dim, kv_width = attention.head_dim, attention.v_proj.weight.shape[0]
         self.kv_heads = kv_width // self.head_dim
-        qk = tuple(_rotary_pairs_adjacent(torch.cat(pair), self.head_dim) for pair in zip(q, k, strict=True))
-        # One matmul gives q and k side by side (rotated together), then v.
-        self.qkv_weight, self.qkv_bias = _fused_linear(qk, v)
-        self.split = [qk[0].shape[0], kv_width]
-        self.gate_up_weight, self.gate_up_bias = _fused_linear(
-            *(_weight_and_bias(p) for p in (layer.mlp.gate_proj, layer.mlp.up_proj))
-        )
+        self.split = [attention.q_proj.weight.shape[0] + attention.k_proj.weight.shape[0], kv_width]
+        (self.qkv_weight, self.qkv_bias), (self.gate_up_weight, self.gate_up_bias) = self._fused(layer)
         self.o_proj = (attention.o_proj.weight, attention.o_proj.bias)
         self.down_proj = (layer.mlp.down_proj.weight, layer.mlp.down_proj.bias)
         self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
+
+    def _fused(self, layer: nn.Module) -> tuple[tuple, tuple]:
+        attention = layer.self_attn
+        q, k, v = (_weight_and_bias(p) for p in (attention.q_proj, attention.k_proj, attention.v_proj))
+        qk = tuple(_rotary_pairs_adjacent(torch.cat(pair), self.head_dim) for pair in zip(q, k, strict=True))
+        # One matmul gives q and k side by side (rotated together), then v.
+        gate_up = _fused_linear(*(_weight_and_bias(p) for p in (layer.mlp.gate_proj, layer.mlp.up_proj)))
+        return _fused_linear(qk, v), gate_up
+
+    def refresh(self, layer: nn.Module) -> None:
+        """The fused copies again from ``layer``'s changed weights, written into the same tensors."""
+        fresh = self._fused(layer)
+        for name, value in zip(
+            ("qkv_weight", "qkv_bias", "gate_up_weight", "gate_up_bias"), (*fresh[0], *fresh[1]), strict=True
+        ):
+            held = getattr(self, name)
+            if held is not None and value is not None:
+                held.copy_(value)
+            else:  # a bias that was or became all zeros
+                setattr(self, name, value)
 
 
 class FusedWeights:
@@ -155,6 +182,14 @@ class FusedWeights:
         self.rotary = base.rotary_emb
         self.heads, self.kv_heads = config.num_attention_heads, self.layers[0].kv_heads
         self.head_dim = self.layers[0].head_dim
+        self._model = model
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """After the model's weights changed in place (the pipeline's weight swap between tokens): the
+        fused copies are recomputed into the same tensors, so a recorded CUDA graph reads the new ones."""
+        for layer_weights, layer in zip(self.layers, self._model.model.layers, strict=True):
+            layer_weights.refresh(layer)
 
 
 class FusedDecoder:
@@ -224,6 +259,10 @@ class FusedDecoder:
         k, v = qk[:, :, heads:].transpose(1, 2), v.view(batch, n, kv_heads, head_dim).transpose(1, 2)
         if isinstance(slots, slice):
             keys[:, :, slots], values[:, :, slots], end = k, v, slots.stop
+        elif isinstance(slots, RowSlots):  # one column per row (the pipeline's slot decoder): the whole cache
+            keys.view(-1, head_dim).index_copy_(0, slots.flat, k[:, :, 0].reshape(-1, head_dim))
+            values.view(-1, head_dim).index_copy_(0, slots.flat, v[:, :, 0].reshape(-1, head_dim))
+            end = slots.end
         else:  # a device tensor of slots (a static step): attend over the whole cache, the bias masks it
             keys.index_copy_(2, slots, k), values.index_copy_(2, slots, v)
             end = keys.shape[2]

@@ -35,6 +35,7 @@ from grpo_lightning.rollout.graph_decode import (
     check_tolerance,
     graph_decode_support,
 )
+from grpo_lightning.rollout.pipeline.hf_engine import HFPipelineEngine
 from grpo_lightning.rollout.sampler import SeededSampler
 from grpo_lightning.rollout.vision_decode import VisionDecoder, fused_text_decoder
 
@@ -315,8 +316,11 @@ class HFEngine(EngineBase):
 @ENGINES.register("hf")
 def hf_engine(policy, tokenizer, cfg: TrainConfig) -> HFEngine:
     """The policy samples its own completions (``rollout.hf_decoder``, ``generation_batch_size``;
-    ``model.compile`` also compiles the ``graph`` decoder's step)."""
+    ``model.compile`` also compiles the ``graph`` decoder's step); ``rollout.mode=pipeline``: its streaming
+    engine over a generation copy of the weights (:mod:`grpo_lightning.rollout.pipeline.hf_engine`)."""
     r = cfg.rollout
+    if r.mode == "pipeline":
+        return HFPipelineEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id, r.generation_batch_size)
     return HFEngine(
         policy,
         tokenizer.pad_token_id,

@@ -349,6 +349,33 @@ def test_reward_sources_cost_prices_the_judge_client(run_main):
 
 
 @pytest.mark.slow
+def test_pipeline_throughput_runs_sync_and_pipeline_and_accounts_for_the_pipeline(run_main, tmp_path):
+    out = tmp_path / "pipeline.json"
+    args = ["--steps", "2", "--rounds", "1", "--prompts", "2", "--generations", "2", "--max-new-tokens", "4"]
+    args += ["--modes", "sync", "pipeline", "--max-lags", "1"]  # async would add a third run to the smoke tier
+    run_main("pipeline_throughput", *args, "--output-dir", str(tmp_path), "--out", str(out))
+    median = json.loads(out.read_text())["median"]
+    assert set(median) == {"sync", "pipeline1"}
+    for r in median.values():
+        assert r["completions_per_s"] > 0 and 0.0 <= r["trainer_wait_fraction"] <= 1.0
+        assert r["trainer_wait_s"] + r["trainer_busy_s"] == pytest.approx(r["wall_s"])
+    pipeline = median["pipeline1"]
+    engine = pipeline["engine_busy_s"] + pipeline["engine_idle_s"] + pipeline["engine_sync_s"]
+    assert engine == pytest.approx(pipeline["cycle_s"], rel=0.05) and pipeline["cycle_s"] <= pipeline["wall_s"]
+
+
+def test_pipeline_simulator_drives_the_real_loop_over_its_grid(run_main, tmp_path):
+    out = tmp_path / "simulator.json"
+    args = ["--engines", "1", "2", "--ranks", "1", "--lags", "0", "1", "--steps", "2", "--prompts", "2"]
+    args += ["--generations", "2", "--rows", "4", "--step-ms", "0.5", "--max-tokens", "8", "--train-ms-per-sample", "1"]
+    run_main("pipeline_simulator", *args, "--out", str(out))
+    grid = json.loads(out.read_text())["grid"]
+    assert [(r["engines"], r["lag"]) for r in grid] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    for r in grid:
+        assert r["samples_per_s"] > 0 and 0.0 <= r["engine_busy_fraction"] <= 1.0
+        assert 0.0 <= r["trainer_busy_fraction"] <= 1.0 and (r["lag"] or r["vs_lag0"] == 1.0)
+
+
 def test_rollout_throughput_hf_decoders_without_vllm(run_main, tmp_path):
     out = tmp_path / "rollout.json"
     args = ["--no-vllm", "--no-train", "--prompts", "2", "--samples", "2", "--tokens", "4", "--repeats", "1"]

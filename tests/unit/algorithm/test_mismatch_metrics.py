@@ -228,3 +228,25 @@ def test_a_non_finite_engine_logprob_at_a_masked_position_changes_no_metric(pad_
     assert all(math.isfinite(v) for v in health.values()), health
     assert mismatch == {k: v for k, v in want.items() if k.startswith("mismatch/")}
     assert health == want_health
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_lagged_tokens_split_by_their_own_lag_match_float64_formulas(seed):
+    """Per-token lags (a pipelined sequence spans several versions): each bucket's k1, k3 and |d| are
+    the float64 means over exactly its tokens; a bucket without tokens is not reported."""
+    trainer, engine, mask, _ = _case(seed)
+    g = torch.Generator().manual_seed(1000 + seed)
+    lag = torch.randint(0, 5, mask.shape, generator=g)
+    metrics = mismatch_metrics(mismatch_sums(trainer, engine, mask, lag))
+    d = (trainer.double() - engine.double()).numpy()
+    for low, high, name in ((1, 1, "1"), (2, 2, "2"), (3, 99, "3+")):
+        on = mask.numpy() & (lag.numpy() >= low) & (lag.numpy() <= high)
+        prefix = f"mismatch/by_lag/{name}/"
+        if not on.any():
+            assert prefix + "tokens" not in metrics
+            continue
+        x = d[on]
+        assert metrics[prefix + "tokens"] == on.sum()
+        assert metrics[prefix + "k1"] == pytest.approx(np.mean(-x), rel=1e-9, abs=1e-12)
+        assert metrics[prefix + "k3"] == pytest.approx(np.mean(np.exp(x) - 1 - x), rel=1e-9, abs=1e-12)
+        assert metrics[prefix + "abs_logp_diff_mean"] == pytest.approx(np.mean(np.abs(x)), rel=1e-9, abs=1e-12)

@@ -1,0 +1,35 @@
+"""The rules of ``rollout.mode=pipeline`` that span groups: what the pipeline does not serve yet.
+
+Registered with :func:`grpo_lightning.config.register_config_check` on import, so a run is refused
+in one line before any model loads.
+"""
+
+from __future__ import annotations
+
+from grpo_lightning.config import TrainConfig, register_config_check
+from grpo_lightning.models.vision.loading import vision_model_type
+
+
+@register_config_check
+def pipeline_problems(cfg: TrainConfig) -> list[str]:
+    """Episodes, a vision-language policy and a sharded policy, refused with the reason."""
+    if cfg.rollout.mode != "pipeline":
+        return []
+    problems = []
+    if getattr(cfg.task.promoted(), "environment", None):
+        problems.append(
+            "rollout.mode=pipeline does not play episodes (task.environment) yet: an episode's turns wait on its "
+            "environment between requests, and the producer schedules whole single-turn groups; use "
+            "rollout.mode=sync, or async with a vLLM engine (each turn then records its weight version)"
+        )
+    if vision_model_type(cfg.model) is not None:
+        problems.append(
+            "rollout.mode=pipeline with a vision-language policy: the pipeline's HF engine decodes text prompts "
+            "only (its rows join and leave between tokens without the image encoder); use rollout.mode=sync"
+        )
+    if cfg.trainer.strategy == "fsdp":
+        problems.append(
+            "rollout.mode=pipeline with trainer.strategy=fsdp: the HF engine generates from a whole copy of the "
+            "weights beside the trainer's, and under fsdp each rank holds a shard; use trainer.strategy=ddp"
+        )
+    return problems
