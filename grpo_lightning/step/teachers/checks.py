@@ -10,6 +10,7 @@ from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.errors import ConfigError, ServerError
 from grpo_lightning.models.loading import load_tokenizer
 from grpo_lightning.models.teacher import check_context, check_tokenizers, load_teacher_tokenizer
+from grpo_lightning.models.vision.loading import vision_model_type
 from grpo_lightning.step.teachers.context import teacher_formatter
 from grpo_lightning.step.teachers.server import teacher_client
 
@@ -56,6 +57,12 @@ def check_teacher(cfg, records: list[dict], loaded: tuple | None = None) -> None
     if not t.active or not records:
         return
     kind = t.resolved_kind()
+    if vision_model_type(cfg.model) is not None:
+        raise ConfigError(
+            f"algorithm.teacher with a vision-language policy (model.name_or_path={cfg.model.name_or_path!r}): the "
+            "teacher pass does not see the images yet and would score the completions without them; distill a text "
+            "policy, or train this one without algorithm.teacher"
+        )
     tokenizer, context = loaded if loaded is not None else load_tokenizer(cfg.model)
     task = cfg.task
     formatter = PromptFormatter(tokenizer, task.system_prompt, task.instruction, use_chat_template=task.chat_template)

@@ -72,6 +72,13 @@ def test_a_teacher_context_shorter_than_the_rollout_is_refused(folders):
     assert "the teacher's context is 6 tokens" in said and "rollout.max_new_tokens=4" in said
 
 
+def test_a_vision_language_policy_is_refused_a_teacher_that_would_not_see_its_images():
+    cfg = config(kind="context")
+    cfg.model.name_or_path = "tiny_vlm"
+    with pytest.raises(ConfigError, match="the teacher pass does not see the images yet"):
+        check_teacher(cfg, [{"prompt": "1+1="}])
+
+
 def test_a_context_teacher_counts_its_prefix_in_the_context():
     cfg = config(kind="context")
     cfg.algorithm.teacher.context.prefix = "1+1=2 " * 25  # 150 characters: past the tiny model's 128
