@@ -76,6 +76,13 @@ def test_readme_fits_a_newcomers_first_hour():
     assert len(README.read_text().splitlines()) <= 300
 
 
+def test_the_performance_page_stays_the_current_state():
+    """docs/performance.md is the current state in at most 300 lines (issue 45): a feature's numbers
+    live on its own page with one summary row there, older runs in benchmarks/results/LOG.md."""
+    lines = len((ROOT / "docs" / "performance.md").read_text().splitlines())
+    assert lines <= 300, f"docs/performance.md has {lines} lines: move details to the feature's page or the log"
+
+
 LINKED_PAGES = [
     README,
     ROOT / "CONTRIBUTING.md",
