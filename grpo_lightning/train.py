@@ -97,12 +97,14 @@ def main(cfg: DictConfig) -> None:
     print_outputs(train_cfg.trainer.output_dir)
 
 
+RUN_LEVEL = ("reward", "kl", "distill", "train", "val")  # a pure distillation run's signal is distill/kl
+
+
 def final_metrics_line(metrics: dict[str, float]) -> str:
-    """The console's last word on a run: its reward, kl, train and val metrics, each in four
-    significant digits (rounding to decimals showed a learning rate of 2e-05 as 0.0)."""
-    shown = ", ".join(
-        f"{k!r}: {_significant(v)}" for k, v in metrics.items() if k.split("/")[0] in ("reward", "kl", "train", "val")
-    )
+    """The console's last word on a run: its reward, kl, distillation, train and val metrics, each in
+    four significant digits (rounding to decimals showed a learning rate of 2e-05 as 0.0)."""
+    shown = ", ".join(f"{k!r}: {_significant(v)}" for k, v in metrics.items() if k.split("/")[0] in RUN_LEVEL)
+
     return f"final metrics: {{{shown}}}"
 
 

@@ -44,3 +44,9 @@ def test_only_the_run_level_namespaces_and_non_finite_values_as_they_are():
     shown = _shown({"reward/mean": float("nan"), "kl/mean": float("inf"), "health/alert/x": 1.0, "mismatch/k1": 0.5})
     assert shown == {"'reward/mean'": "nan", "'kl/mean'": "inf"}
     assert final_metrics_line({}) == "final metrics: {}"
+
+
+def test_a_distillation_runs_teacher_kl_is_in_the_last_line():
+    """A pure distillation run's console ended without distill/kl, the one number that says it learns."""
+    shown = _shown({"distill/kl": 0.5, "distill/argmax_agreement": 0.25, "pipeline/lag_max": 2.0})
+    assert shown == {"'distill/kl'": "0.5", "'distill/argmax_agreement'": "0.25"}
