@@ -77,10 +77,10 @@ def draw(shapes: list[tuple[str, str, tuple[int, int], int]], size: int) -> Imag
 def _one(rng: random.Random, size: int, shape: str | None = None, side: str | None = None):
     """One shape: centred across the picture, or (``side``) a smaller one wholly inside the left or right half."""
     if side is None:
-        r = size // 4
+        r = 3 * size // 8 - 1
         x = size // 2
     else:
-        r = size // 8
+        r = size // 4 - 2
         x = rng.randint(r, size // 2 - r - 1) if side == "l" else rng.randint(size // 2 + r, size - r - 1)
     y = rng.randint(r, size - r - 1)
     return (shape or rng.choice(SHAPES), rng.choice(list(COLORS)), (x, y), r)
@@ -101,7 +101,7 @@ def question(kind: str, rng: random.Random, size: int) -> tuple[list, str]:
         first, same = rng.choice(SHAPES), rng.random() < 0.5
         second = first if same else rng.choice([s for s in SHAPES if s != first])
         return [draw([_one(rng, size, shape=first)], size), draw([_one(rng, size, shape=second)], size)], "=!"[not same]
-    count, cell, r = rng.randint(1, 4), size // 2, max(2, size // 8)
+    count, cell, r = rng.randint(1, 4), size // 2, size // 4 - 2
     quadrants = rng.sample([(0, 0), (1, 0), (0, 1), (1, 1)], count)
     shapes = [
         (

@@ -13,6 +13,7 @@ from __future__ import annotations
 import string
 
 import torch
+from torch import nn
 from transformers import (
     CLIPImageProcessorPil,
     CLIPVisionConfig,
@@ -157,6 +158,10 @@ def build_tiny_vlm(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = model_cls(config)
+        if family == "llava":
+            # CLIP draws its learned position embeddings at std 0.02, far below a patch's content: a
+            # random tower then barely tells where a patch is, and "which side?" stays at chance.
+            nn.init.normal_(model.model.vision_tower.embeddings.position_embedding.weight, std=1.0)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model, processor
