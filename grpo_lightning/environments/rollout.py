@@ -27,6 +27,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from grpo_lightning.environments import aggregators, rewards  # noqa: F401  (register the built-ins)
 from grpo_lightning.environments.base import ENVIRONMENTS, REWARD_AGGREGATORS, TOOL_PARSERS, Environment
 from grpo_lightning.environments.episode import Episode, EpisodeRunner, ToolParser
+from grpo_lightning.environments.images import EpisodeImages
 from grpo_lightning.environments.limits import DONE, STOP_REASONS, EpisodeLimits
 from grpo_lightning.environments.outcomes import outcome_metrics
 from grpo_lightning.environments.parsers import AUTO
@@ -34,7 +35,7 @@ from grpo_lightning.environments.render import ChatRenderer
 from grpo_lightning.environments.template_checks import resolve_chat_template, startup_report
 from grpo_lightning.environments.transcripts import episode_record
 from grpo_lightning.environments.truncation import INFO as TRUNCATED_REWARD
-from grpo_lightning.records import Completion, RolloutBatch
+from grpo_lightning.records import Completion, RolloutBatch, VisionInputs
 from grpo_lightning.rewards.scorer import RewardState
 from grpo_lightning.rollout.seeding import group_seeds, sample_seed
 
@@ -59,8 +60,10 @@ class EpisodeRollout:
         aggregator: str = "sum",
         failed_reward: float = 0.0,
         env_name: str = "",
+        images: EpisodeImages | None = None,
     ):
         self.make_env, self.limits, self.renderer, self.parser = make_env, limits, renderer, parser
+        self.images = images  # a vision-language policy's: the environments' pictures (environments/images.py)
         self.aggregate = REWARD_AGGREGATORS[aggregator]
         self.failed_reward = failed_reward
         self.env_name = env_name  # named in failures and errors
@@ -76,6 +79,7 @@ class EpisodeRollout:
         context: int | None,
         row: dict[str, Any],
         model_name: str = "",
+        images: EpisodeImages | None = None,
     ) -> EpisodeRollout:
         """The episode rollout of an :class:`~grpo_lightning.environments.limits.EpisodeTaskConfig` task.
 
@@ -115,6 +119,7 @@ class EpisodeRollout:
             options.reward_aggregator,
             options.failed_reward,
             options.environment,
+            images,
         )
 
     def play(self, generator: Any, records: list[dict], step: int, rank: int) -> list[Episode]:
@@ -137,6 +142,7 @@ class EpisodeRollout:
             generator.sampling,
             self.parser,
             env_name=self.env_name,
+            images=self.images,
         )
         return runner.run(rows, resets, samples)
 
@@ -232,6 +238,7 @@ class EpisodeRollout:
                 episode_record(e, c, tokenizer, r) for e, c, r in zip(episodes, completions, env_rewards, strict=True)
             ],
             weight_version=min(versions) if versions else None,
+            vision=episode_vision(episodes) if self.images is not None and self.images.processor is not None else None,
             **RolloutBatch.pad_token_fields(completions),
         )
 
@@ -251,6 +258,12 @@ class EpisodeRollout:
                 f"{episode.error}. Failed episodes are masked out of the loss with task.failed_reward; "
                 f"the episode_failures check alerts when many fail."
             )
+
+
+def episode_vision(episodes: list[Episode]) -> list[VisionInputs | None]:
+    """Each episode's pictures with their image slots (None: an episode without pictures): every pass puts
+    their features where the engine did."""
+    return [e.vision.inputs() if e.vision is not None and e.vision.images else None for e in episodes]
 
 
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
