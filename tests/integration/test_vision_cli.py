@@ -69,3 +69,18 @@ def test_a_saved_vlm_trains_two_steps_through_the_cli(family, tiny_vlm_folders, 
     assert rows and all(r["images"] and r["images"][0].endswith(".png") for r in rows)
     assert all("<image:" in r["prompt"] for r in rows)
     assert (out / "hf" / "final" / "processor_config.json").is_file()
+
+
+def test_an_environment_that_answers_with_a_picture_trains_two_steps(tmp_path, monkeypatch):
+    """task=shape_drawn: the picture arrives in the environment's reply, its image tokens have loss mask 0."""
+    out = tmp_path / "run"
+    args = ["model=tiny_vlm", "task=shape_drawn", "rollout.prompts_per_step=2", "rollout.num_generations=2"]
+    run_cli(monkeypatch, *args, "trainer.max_steps=2", "eval.num_prompts=2", "logger=csv", f"hydra.run.dir={out}")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 2
+    rows = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
+    assert rows and all(r["images"] and r["images"][0].startswith("sha:") for r in rows)
+    for row in rows:
+        reply = next(t for t in row["turns"] if t["role"] == "environment")
+        assert reply["loss_mask"] == 0 and "<|image_pad|>" in reply["text"]
+        assert reply["messages"][0]["content"][0] == {"type": "image", "image": row["images"][0]}
