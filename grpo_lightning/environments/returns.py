@@ -44,8 +44,8 @@ def _messages(where: str, messages: Any) -> list[str]:
         elif not isinstance(message.get("content"), str) and not _parts(message.get("content")):
             content = message.get("content")
             problems.append(
-                f"{where}.messages[{i}] content must be a string or a list of parts ({{'type': 'text', 'text': "
-                f"str}}, {{'type': 'image', 'image': a picture}}), got a {type(content).__name__}: {_short(content)}"
+                f"{where}.messages[{i}] content must be a string, got a {type(content).__name__}: {_short(content)} "
+                "(or a list of parts: {'type': 'text', 'text': str}, {'type': 'image', 'image': a picture})"
             )
     return problems
 
