@@ -79,7 +79,7 @@ def test_a_tiny_vlm_distills_from_a_vlm_teacher_folder_through_the_cli(tmp_path,
     teacher, out = save_tiny_vlm("llava", str(tmp_path / "teacher"), seed=1), tmp_path / "run"
     args = ["model=tiny_vlm", "task=shapes", f"algorithm.teacher.path={teacher}", "algorithm.beta=0"]
     args += ["rollout.prompts_per_step=2", "rollout.num_generations=2", "trainer.max_steps=2", "logger=csv"]
-    run_cli(monkeypatch, *args, "task.val_fraction=0", f"hydra.run.dir={out}")
+    run_cli(monkeypatch, *args, "task.size=16", f"hydra.run.dir={out}")
     rows = list(csv.DictReader(next(out.glob("csv/*/metrics.csv")).open()))
     logged = [r for r in rows if r.get("distill/kl")]
     assert len(logged) == 2, rows
