@@ -10,7 +10,8 @@ student's own.
 
 The frozen initial policy costs no memory when the run has a reference model (``algorithm.beta > 0``:
 the reference is that model) or is a LoRA policy (the base with the adapters off, which is the initial
-policy while the adapters start at zero); otherwise it is a frozen copy of the policy, made once.
+policy while the adapters start at zero); otherwise it is a frozen copy of the policy, made once (its
+frozen parameters, a VLM's frozen tower, shared).
 """
 
 from __future__ import annotations
@@ -126,7 +127,9 @@ class ContextTeacher(LocalTeacher):
         elif is_peft_model(policy):
             self._frozen = AdapterDisabledReference(policy)
         else:
-            self._frozen = copy.deepcopy(policy).requires_grad_(False).eval()
+            # The policy's frozen parameters (a VLM's frozen tower) are shared, not copied: equal forever.
+            shared = {id(p): p for p in policy.parameters() if not p.requires_grad}
+            self._frozen = copy.deepcopy(policy, memo=shared).requires_grad_(False).eval()
 
     @contextmanager
     def model(self):

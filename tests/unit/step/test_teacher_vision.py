@@ -74,8 +74,11 @@ def test_a_vlm_teachers_logprobs_are_a_direct_forward_on_the_same_images(family,
         ).generate(random_records(rng, rng.randint(1, 3)), step=case, rank=0)
         cfg = algorithm("jsd", pack_sequences=rng.random() < 0.5, micro_batch_size=rng.randint(1, batch.num_sequences))
         module = GRPOModule(policy, cfg, teacher=FolderTeacher(cfg, teacher))
+        cache = module.distill.teacher.forward.vision.cache
+        before = cache.computed
         prepared = module.prepare(batch)
         scores = module.distill.scores
+        assert cache.computed - before == batch.num_groups  # once per prompt per pass, not per sample
         assert len(scores.rows) == len(prepared.micro_batches)  # the JSD's hidden rows, per micro-batch
         for row in range(batch.num_sequences):
             direct = direct_logprobs(teacher, batch, row)
