@@ -75,7 +75,11 @@ class SystemSwap:
 
     def check(self) -> None:
         """ConfigError when swapping the system block does not give the teacher's own rendering."""
-        if self(self.rendered(self.student, self.CHECK)) != self.rendered(self.teacher, self.CHECK):
+        try:
+            swapped = self(self.rendered(self.student, self.CHECK))
+        except ValueError:  # the probe's student rendering does not even start with the block
+            swapped = None
+        if swapped != self.rendered(self.teacher, self.CHECK):
             raise ConfigError(
                 "algorithm.teacher.kind=context with a vision-language policy: its chat template does not render the "
                 "system prompt as a block of its own before the messages, so the teacher's prompt cannot be the "

@@ -12,15 +12,15 @@ import pytest
 import torch
 from helpers.vision import FAMILIES, load_folder, random_records, save_tiny_vlm, vision_generator
 
-from grpo_lightning.config import AlgorithmConfig, LoraModelConfig, TrainConfig
+from grpo_lightning.config import AlgorithmConfig, ConfigError, LoraModelConfig, TrainConfig
 from grpo_lightning.data.vision_prompting import VisionPrompts
 from grpo_lightning.models.lora import apply_lora
 from grpo_lightning.models.teacher import load_teacher_model
 from grpo_lightning.models.vision.processor import processor_of
-from grpo_lightning.models.vision.tiny import IMAGE
+from grpo_lightning.models.vision.tiny import IMAGE, build_tiny_processor, build_vision_tokenizer, chat_template
 from grpo_lightning.step.module import GRPOModule
 from grpo_lightning.step.teachers.base import LoraBaseTeacher
-from grpo_lightning.step.teachers.context import ContextTeacher
+from grpo_lightning.step.teachers.context import ContextTeacher, SystemSwap
 from grpo_lightning.step.teachers.folder import FolderTeacher
 
 # float32 on a CPU: the step's chunked, packed pass and HF's own forward differ by summation order only
@@ -129,6 +129,8 @@ def test_a_vlm_context_teacher_reads_the_students_prompt_under_its_system_prompt
     cfg.algorithm.beta, cfg.algorithm.teacher.kind, cfg.algorithm.teacher.context.system_prompt = 0.0, "context", SYSTEM
     teacher = ContextTeacher.from_config(cfg, tokenizer, policy)
     module = GRPOModule(policy, cfg.algorithm, teacher=teacher)
+    tower = [p for p in policy.parameters() if not p.requires_grad]  # a folder's tower is frozen: shared
+    assert tower and all(any(p is q for q in teacher._frozen.parameters()) for p in tower)
     prepared = module.prepare(batch)
     theirs = VisionPrompts(processor_of(tokenizer), SYSTEM)
     image = tokenizer.convert_tokens_to_ids(IMAGE)
@@ -140,3 +142,21 @@ def test_a_vlm_context_teacher_reads_the_students_prompt_under_its_system_prompt
         if direct is not None:
             got = prepared.teacher.logp[row, : len(direct[0])].double()
             assert float((got - direct[0]).abs().max()) <= TOLERANCE, row
+
+
+def test_a_chat_template_whose_system_prompt_is_not_a_block_of_its_own_is_refused():
+    """The system text rendered after the user's message: swapping the leading block cannot make the
+    teacher's prompt, and the run is refused in one line naming the fix."""
+    tokenizer = build_vision_tokenizer("llava")
+    processor = build_tiny_processor(tokenizer, "llava", 32, 8)
+    SystemSwap(processor, None, SYSTEM).check()  # the tiny template: a block of its own
+    processor.chat_template = (
+        "{%- for m in messages if m['role'] != 'system' -%}"
+        + chat_template("llava")[len("{%- for m in messages -%}") :]
+    ).replace(
+        "{%- if add_generation_prompt -%}",
+        "{%- for m in messages if m['role'] == 'system' -%}"
+        "{{ m['content'][0]['text'] }}{%- endfor -%}{%- if add_generation_prompt -%}",
+    )
+    with pytest.raises(ConfigError, match="does not render the system prompt as a block of its own.*folder teacher"):
+        SystemSwap(processor, None, SYSTEM).check()
