@@ -5,6 +5,7 @@ it. Each refusal is one line."""
 from __future__ import annotations
 
 import pytest
+from PIL import Image
 
 from grpo_lightning.build import build_datamodule
 from grpo_lightning.config import TrainConfig
@@ -80,11 +81,14 @@ VLM_RECORDS = [{"prompt": [{"role": "user", "content": "how many?"}]}]
 def vlm_teachers(tmp_path_factory, tiny_vlm_folders) -> dict[str, str]:
     """Vision-language teacher folders: each family's (the tiny VLM's processor), and a LLaVA whose processor
     makes 64-pixel images (more image tokens than the student's)."""
-    folder = tmp_path_factory.mktemp("vlm_teachers") / "llava64"
-    model, processor = build_tiny_vlm(build_vision_tokenizer("llava"), "llava", image_size=64)
-    model.save_pretrained(folder)
-    processor.save_pretrained(folder)
-    return {**tiny_vlm_folders, "llava64": str(folder)}
+    root, made = tmp_path_factory.mktemp("vlm_teachers"), dict(tiny_vlm_folders)
+    for name, image_size, context in (("llava64", 64, 256), ("short", 32, 40)):
+        model, processor = build_tiny_vlm(build_vision_tokenizer("llava"), "llava", image_size=image_size)
+        model.config.text_config.max_position_embeddings = context
+        model.save_pretrained(root / name)
+        processor.save_pretrained(root / name)
+        made[name] = str(root / name)
+    return made
 
 
 def vlm_config(**teacher) -> TrainConfig:
@@ -99,6 +103,20 @@ def test_a_vlm_teacher_of_the_students_family_and_processor_passes(vlm_teachers)
     cfg.algorithm.teacher.context.system_prompt = "Count the shapes."
     check_teacher(cfg, VLM_RECORDS)
     check_teacher(vlm_config(kind="base"), VLM_RECORDS)
+
+
+def test_a_vlm_teachers_context_counts_the_image_tokens_and_its_system_prompt(vlm_teachers):
+    """A teacher folder of a shorter context, and a context teacher whose system prompt makes the prompt it reads
+    longer than the policy's context: the prompts are measured with their images' tokens."""
+    records = [{"prompt": [{"role": "user", "content": "how many?"}], "images": [Image.new("RGB", (20, 20))]}]
+    with pytest.raises(ConfigError, match=r"context is 40 tokens \(algorithm.teacher.path=.*\d+ prompt tokens"):
+        check_teacher(vlm_config(path=vlm_teachers["short"]), records)
+    cfg = vlm_config(kind="context")
+    cfg.algorithm.teacher.context.system_prompt = "Count. " * 40  # 280 characters: past the tiny VLM's 256
+    with pytest.raises(
+        ConfigError, match="context is 256 tokens \\(the policy with algorithm.teacher.context's system"
+    ):
+        check_teacher(cfg, records)
 
 
 @pytest.mark.parametrize(
