@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
+from grpo_lightning.data.vision_prompting import display_text
 from grpo_lightning.environments import aggregators, rewards  # noqa: F401  (register the built-ins)
 from grpo_lightning.environments.base import ENVIRONMENTS, REWARD_AGGREGATORS, TOOL_PARSERS, Environment
 from grpo_lightning.environments.episode import Episode, EpisodeRunner, ToolParser
@@ -229,7 +230,7 @@ class EpisodeRollout:
             reward_extra=generator.scorer.last_logs.extra,
             finished=finished,
             engine_logprobs=logprobs,
-            prompts=tokenizer.batch_decode(prompts_ids),
+            prompts=self.prompt_texts(tokenizer, prompts_ids, episodes),
             completions=tokenizer.batch_decode([c.token_ids for c in completions]),
             timing=timing,
             episode_ids=torch.arange(n),
@@ -241,6 +242,16 @@ class EpisodeRollout:
             vision=episode_vision(episodes) if self.images is not None and self.images.processor is not None else None,
             **RolloutBatch.pad_token_fields(completions),
         )
+
+    def prompt_texts(self, tokenizer: Any, prompts_ids: list[list[int]], episodes: list[Episode]) -> list[str]:
+        """The prompts as text; a first observation's pictures shown (and identified) by their hashes."""
+        token = self.images.image_token_id if self.images is not None else None
+        return [
+            display_text(tokenizer, ids, e.vision.inputs(), token)
+            if token is not None and e.vision is not None and any(s < len(ids) for s in e.vision.slots)
+            else tokenizer.decode(ids)
+            for ids, e in zip(prompts_ids, episodes, strict=True)
+        ]
 
     def say_failures(self, episodes: list[Episode], step: int) -> None:
         """The first failure of each kind (stop reason and exception type), once per run: its message

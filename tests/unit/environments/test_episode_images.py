@@ -89,6 +89,9 @@ def test_episode_pictures_reach_every_pass_at_the_engines_places(family, tiny_vl
             sequence = episode.prompt_ids + episode.ids
             slots = set(batch.vision[row].slots) if batch.vision[row] is not None else set()
             assert all(sequence[s] == image_token for s in slots)
+            in_prompt = [s for s in slots if s < len(episode.prompt_ids)]
+            # A first observation's pictures are part of the prompt's identity (health fingerprints, tables).
+            assert ("<image:" in batch.prompts[row]) == bool(in_prompt)
             for s in slots:  # every image token of a picture has loss mask 0 (an environment token)
                 if s >= len(episode.prompt_ids):
                     assert batch.loss_mask[row, s - len(episode.prompt_ids)] == 0
