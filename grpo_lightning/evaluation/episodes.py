@@ -85,6 +85,7 @@ class EpisodeEvaluator:
             limits,
             self.sampling,
             episodes.parser,
+            env_name=episodes.env_name,  # named in failures and errors, as in training
             images=episodes.images,
         )
         return expanded, runner.run(expanded, resets, samples)
