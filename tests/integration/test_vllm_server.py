@@ -205,6 +205,25 @@ def test_pipeline_mode_keeps_requests_through_each_weight_sync(vllm_server, monk
     print(f"lag_max {lag_max}, sequences spanning > 1 version: {sum(s > 1 for s in spans)} of {len(spans)}")
 
 
+def test_the_throughput_benchmark_runs_pipeline_mode_on_a_server(vllm_server, monkeypatch, capsys, tmp_path):
+    """benchmarks/pipeline_throughput.py --engine vllm (its smoke: the session's server, one step), with
+    the engine's seconds adding up to the cycle's."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    monkeypatch.setenv("GRPO_BENCH_SERVER_KEY", vllm_server.server.token)
+    out = tmp_path / "pipeline.json"
+    args = ["--engine", "vllm", "--server-url", vllm_server.client.url, "--steps", "2", "--rounds", "1"]
+    args += ["--prompts", "2", "--generations", "2", "--max-new-tokens", "4", "--modes", "pipeline", "--max-lags", "1"]
+    monkeypatch.setattr("sys.argv", ["pipeline_throughput.py", *args, "--output-dir", str(tmp_path), "--out", str(out)])
+    import pipeline_throughput  # noqa: PLC0415  (benchmarks/)
+
+    pipeline_throughput.main()
+    result = json.loads(out.read_text())
+    pipeline = result["median"]["pipeline1"]
+    assert result["engine"] == "vllm" and pipeline["completions_per_s"] > 0
+    engine = pipeline["engine_busy_s"] + pipeline["engine_idle_s"] + pipeline["engine_sync_s"]
+    assert engine == pytest.approx(pipeline["cycle_s"], rel=0.05) and pipeline["engine_sync_s"] > 0
+
+
 def test_several_devices_need_a_server():
     cfg = make_config(2, **{"rollout.engine": "vllm", "trainer.devices": 2})
     with pytest.raises(
