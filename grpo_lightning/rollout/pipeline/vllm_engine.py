@@ -57,18 +57,22 @@ def token_versions(spans: list[dict] | None, n: int) -> list[int]:
 
 
 def parse_choice(choice: dict) -> Completion:
-    """One ``/inference/v1/generate`` choice as a :class:`Completion` with per-token versions."""
+    """One ``/inference/v1/generate`` choice as a :class:`Completion` with per-token versions (its
+    ``weight_version`` the oldest of them, as the HF engine's)."""
     tokens = [int(t) for t in choice["token_ids"]]
     content = (choice.get("logprobs") or {}).get("content") or []
     if len(content) != len(tokens):
         raise VLLMServerError(
             f"the vLLM server answered {len(tokens)} tokens with {len(content)} log-probs (asked for logprobs=0)"
         )
+    versions = token_versions(choice.get("weight_versions"), len(tokens))
+    known = [v for v in versions if v >= 0]
     return Completion(
         token_ids=tokens,
         finished=choice.get("finish_reason") == "stop",
         logprobs=[float(c["logprob"]) for c in content],
-        token_weight_versions=token_versions(choice.get("weight_versions"), len(tokens)),
+        weight_version=min(known) if known else None,  # the oldest: what a sequence-level bound reads
+        token_weight_versions=versions if known else None,
     )
 
 

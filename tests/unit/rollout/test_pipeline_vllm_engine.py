@@ -40,6 +40,9 @@ def test_a_choice_becomes_a_completion_with_its_log_probs_and_versions():
     completion = parse_choice(choice)
     assert completion.token_ids == [5, 6, 2] and completion.finished
     assert completion.logprobs == [-1.0, -2.0, -0.5] and completion.token_weight_versions == [3, 3, 4]
+    assert completion.weight_version == 3  # the oldest
+    choice["weight_versions"] = [{"version": "default", "start": 0, "end": 3}]  # a server never synced
+    assert parse_choice(choice).versions() is None
     choice["logprobs"]["content"].pop()
     with pytest.raises(VLLMServerError, match="3 tokens with 2 log-probs"):
         parse_choice(choice)
