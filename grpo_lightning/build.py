@@ -26,6 +26,7 @@ from grpo_lightning.data.images import image_refs
 from grpo_lightning.data.mixture import head_per_source
 from grpo_lightning.data.prompting import PromptFormatter
 from grpo_lightning.data.vision_prompting import VisionPrompts
+from grpo_lightning.environments.images import EpisodeImages, refuse_engine
 from grpo_lightning.environments.limits import EpisodeTaskConfig
 from grpo_lightning.environments.rollout import EpisodeRollout
 from grpo_lightning.environments.startup_checks import check_environment
@@ -37,6 +38,7 @@ from grpo_lightning.models.loading import default_lora_targets
 from grpo_lightning.models.lora import apply_lora, lora_enabled
 from grpo_lightning.models.memory import check_memory
 from grpo_lightning.models.sharding import build_strategy
+from grpo_lightning.models.vision.families import is_vision_config
 from grpo_lightning.models.vision.loading import vision_model_type
 from grpo_lightning.models.vision.processor import as_tokenizer, processor_of
 from grpo_lightning.rewards.sources import bind_sources, build_sources
@@ -228,6 +230,10 @@ def build_run(
     validate_config(cfg)
     if cfg.rollout.engine == "vllm" and given.policy is None:  # a VLM family vLLM cannot run here: said first
         refuse_unsupported(vision_model_type(cfg.model), cfg.rollout)
+    if isinstance(cfg.task, EpisodeTaskConfig) and (cfg.rollout.engine != "hf" or cfg.rollout.mode == "pipeline"):
+        config = getattr(given.policy, "config", None)
+        given_type = config.model_type if is_vision_config(config) else None
+        refuse_engine(vision_model_type(cfg.model) if given.policy is None else given_type, cfg.rollout)
 
     quiet_console(load_vllm=cfg.rollout.engine == "vllm")  # third-party notes nobody acts on (logging_setup.py)
     rank_zero_info("config (values that differ from the defaults): " + ", ".join(differences(cfg)))
@@ -305,7 +311,13 @@ def build_run(
     if isinstance(task := cfg.task.promoted(), EpisodeTaskConfig):  # multi-turn: episodes in an environment
         context = r.vllm.max_model_len or getattr(policy.config, "max_position_embeddings", None)
         rollout.episodes = EpisodeRollout.from_task(
-            task, tokenizer, r.max_new_tokens, context, datamodule.train_records[0], cfg.model.name_or_path
+            task,
+            tokenizer,
+            r.max_new_tokens,
+            context,
+            datamodule.train_records[0],
+            cfg.model.name_or_path,
+            EpisodeImages(processor_of(tokenizer), r.vllm.images_per_prompt),  # the environments' pictures
         )
         prompt = check_environment(
             rollout.episodes, datamodule.train_records, datamodule.val_records, task.environment, context

@@ -18,7 +18,7 @@ from grpo_lightning.data.images import image_hash, image_refs, load_image, ref_k
 from grpo_lightning.records import VisionInputs
 
 # Processor outputs that are not image tensors (the ids are the prompt; the rest are rebuilt per pass).
-_TEXT_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
+TEXT_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
 
 
 def image_parts(prompt) -> int:
@@ -92,7 +92,7 @@ class VisionPrompts:
             vision = VisionInputs(
                 key="|".join(hashes),
                 refs=[ref_name(r, i) for r, i in zip(refs, images, strict=True)],
-                tensors={k: v for k, v in out.items() if k not in _TEXT_KEYS and isinstance(v, torch.Tensor)},
+                tensors={k: v for k, v in out.items() if k not in TEXT_KEYS and isinstance(v, torch.Tensor)},
                 num_image_tokens=sum(1 for t in ids if t == self.image_token_id),
                 images=images,
             )

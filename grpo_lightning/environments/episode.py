@@ -36,6 +36,8 @@ from grpo_lightning.environments import returns
 from grpo_lightning.environments.base import Environment, Message, Reset, Step, Turn
 from grpo_lightning.environments.calls import EnvironmentCallFailed, call_environment, label, made
 from grpo_lightning.environments.daemon import in_daemon_thread
+from grpo_lightning.environments.images import EpisodeImages, EpisodeVision, message_images, recorded_messages
+from grpo_lightning.environments.images import template_messages as plain
 from grpo_lightning.environments.limits import (
     DONE,
     EPISODE_TIMEOUT,
@@ -84,6 +86,7 @@ class Episode:
     parse_errors: int = 0
     cut_turns: int = 0  # turns that ended at their token budget, not at a stop token
     engine_logprobs: bool = True  # every turn came with the engine's log-probs
+    vision: EpisodeVision | None = None  # a vision-language policy's: the environment's pictures so far
 
     @property
     def failed(self) -> bool:
@@ -201,11 +204,13 @@ class EpisodeRunner:
         parser: ToolParser | None = None,
         batch_window_s: float = 0.02,
         env_name: str = "",
+        images: EpisodeImages | None = None,
     ):
         self.engine, self.renderer, self.make_env = engine, renderer, make_env
         self.limits, self.sampling, self.parser = limits, sampling, parser
         self.batch_window_s = batch_window_s
         self.env_name = env_name
+        self.images = images or EpisodeImages(None)  # a text policy's refuses every picture
 
     # ----------------------------------------------------------------------- the batch
     def run(self, rows: list[dict], reset_seeds: list[int], sample_seeds: list[int]) -> list[Episode]:
@@ -258,11 +263,19 @@ class EpisodeRunner:
         reset: Reset = returns.checked(
             self.env_name or type(env).__name__, "reset", await self._env_call(env, env.reset, episode.reset_seed, row)
         )
-        episode.messages = list(reset.messages)
+        vision = self.images.processor is not None
+        episode.vision = EpisodeVision() if vision else None
+        pictures = self._pictures(env, "reset", 0, reset.messages, episode)
+        episode.messages = recorded_messages(list(reset.messages), pictures[1])
         episode.num_prompt_messages = len(reset.messages)
         episode.tools = list(reset.tools)
         episode.info.update(reset.info)
-        episode.prompt_ids = self.renderer.prompt_ids(reset.messages, reset.tools or None)
+        if pictures[0]:
+            text = self.renderer.render(plain(reset.messages), reset.tools or None, generation_prompt=True)
+            episode.prompt_ids, tensors = self.images.expand(text, pictures[0], self.renderer.plain)
+            episode.vision.add(0, episode.prompt_ids, self.images.image_token_id, *pictures, tensors)
+        else:
+            episode.prompt_ids = self.renderer.prompt_ids(plain(reset.messages), reset.tools or None)
         for turn in range(self.limits.max_turns):
             used = len(episode.prompt_ids) + len(episode.ids)
             if (reason := self.limits.out_of_room(used)) is not None:
@@ -270,7 +283,10 @@ class EpisodeRunner:
                 return
             seed = turn_seed(episode.sample_seed, turn)
             episode.turn_seeds.append(seed)
-            request = GenerationRequest(episode.prompt_ids + episode.ids, seed)
+            # A VLM's request always names its image slots: an image token sampled in an earlier turn is text.
+            request = GenerationRequest(
+                episode.prompt_ids + episode.ids, seed, episode.vision.inputs() if vision else None
+            )
             completion = await batcher.generate(request, self.limits.turn_budget(used))
             sampled = list(completion.token_ids)
             self._append(episode, sampled, 1, turn, completion.logprobs, completion.weight_version)
@@ -280,7 +296,8 @@ class EpisodeRunner:
             step: Step = returns.checked(
                 self.env_name or type(env).__name__, "step", await self._env_call(env, env.step, model_turn)
             )
-            episode.messages.extend(step.messages)
+            pictures = self._pictures(env, "step", turn + 1, step.messages, episode)  # turns counted from 1
+            episode.messages.extend(recorded_messages(list(step.messages), pictures[1]))
             episode.info.update(step.info)
             episode.step_infos.append(dict(step.info))
             if step.reward is not None:
@@ -289,14 +306,35 @@ class EpisodeRunner:
                 episode.stop_reason = DONE
                 return
             if turn + 1 < self.limits.max_turns:
-                reply = self.renderer.env_ids(sampled, step.messages, episode.tools or None)
+                tensors: dict = {}
+                if pictures[0]:
+                    text = self.renderer.env_text(sampled, plain(step.messages), episode.tools or None)
+                    reply, tensors = self.images.expand(text, pictures[0])
+                else:
+                    reply = self.renderer.env_ids(sampled, plain(step.messages), episode.tools or None)
                 if (
                     reason := self.limits.out_of_room(len(episode.prompt_ids) + len(episode.ids) + len(reply))
                 ) is not None:
                     episode.stop_reason = reason  # the reply leaves no room for a turn: it is not appended
                     return
+                if pictures[0]:  # its image tokens are slots from here on (after the prompt and the ids so far)
+                    start = len(episode.prompt_ids) + len(episode.ids)
+                    episode.vision.add(start, reply, self.images.image_token_id, *pictures, tensors)
                 self._append(episode, reply, 0, turn, None)
         episode.stop_reason = episode.stop_reason or MAX_TURNS
+
+    def _pictures(self, env: Any, method: str, turn: int, messages: list[Message], episode: Episode):
+        """The pictures of ``messages`` loaded, and their names ([], [] without any); a picture the policy
+        cannot take ends the run (``environments/images.py``)."""
+        refs = message_images(messages)
+        if not refs:
+            return [], []
+        already = len(episode.vision.images) if episode.vision is not None else 0
+        name = self.env_name or type(env).__name__
+        where = (
+            f"environment {name!r}: reset()" if method == "reset" else f"environment {name!r}: step() of turn {turn}"
+        )
+        return self.images.load(refs, where, method, already)
 
     def _turn(self, sampled: list[int], finished: bool, episode: Episode) -> Turn:
         text = self.renderer.tokenizer.decode(sampled, skip_special_tokens=True)  # for reading, never re-encoded

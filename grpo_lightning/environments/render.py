@@ -106,10 +106,14 @@ class ChatRenderer:
         closed = self._close[: at + len(stop_text)] if at >= 0 else stop_text
         return suffix[len(closed) :] if suffix.startswith(closed) else suffix
 
-    def env_ids(self, sampled_ids: list[int], messages: list[Message], tools: list[dict] | None = None) -> list[int]:
-        """The ids to append after the model's ``sampled_ids``: the rest of the turn close, the
+    def env_text(self, sampled_ids: list[int], messages: list[Message], tools: list[dict] | None = None) -> str:
+        """The text to append after the model's ``sampled_ids``: the rest of the turn close, the
         environment's ``messages`` and the next assistant header."""
-        return self.encode(self.boundary(sampled_ids, self.turn_suffix(messages, tools)))
+        return self.boundary(sampled_ids, self.turn_suffix(messages, tools))
+
+    def env_ids(self, sampled_ids: list[int], messages: list[Message], tools: list[dict] | None = None) -> list[int]:
+        """The ids of :meth:`env_text`."""
+        return self.encode(self.env_text(sampled_ids, messages, tools))
 
     def close_ids(self, sampled_ids: list[int]) -> list[int]:
         """The rest of the template's turn close after the last turn (what a full render would end with)."""

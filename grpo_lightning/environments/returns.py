@@ -41,12 +41,25 @@ def _messages(where: str, messages: Any) -> list[str]:
             problems.append(f"{where}.messages[{i}] must be a dict, got a {type(message).__name__}: {_short(message)}")
         elif message.get("role") not in ROLES:
             problems.append(f"{where}.messages[{i}] has role {message.get('role')!r}; a role is one of {list(ROLES)}")
-        elif not isinstance(message.get("content"), str):
+        elif not isinstance(message.get("content"), str) and not _parts(message.get("content")):
             content = message.get("content")
             problems.append(
-                f"{where}.messages[{i}] content must be a string, got a {type(content).__name__}: {_short(content)}"
+                f"{where}.messages[{i}] content must be a string, got a {type(content).__name__}: {_short(content)} "
+                "(or a list of parts: {'type': 'text', 'text': str}, {'type': 'image', 'image': a picture})"
             )
     return problems
+
+
+def _parts(content: Any) -> bool:
+    """A structured content: text parts with string text and image parts carrying their picture."""
+    return isinstance(content, list) and all(
+        isinstance(p, dict)
+        and (
+            (p.get("type") == "text" and isinstance(p.get("text"), str))
+            or (p.get("type") == "image" and p.get("image") is not None)
+        )
+        for p in content
+    )
 
 
 def _info(where: str, info: Any) -> list[str]:

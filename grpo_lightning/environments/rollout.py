@@ -24,9 +24,11 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
+from grpo_lightning.data.vision_prompting import display_text
 from grpo_lightning.environments import aggregators, rewards  # noqa: F401  (register the built-ins)
 from grpo_lightning.environments.base import ENVIRONMENTS, REWARD_AGGREGATORS, TOOL_PARSERS, Environment
 from grpo_lightning.environments.episode import Episode, EpisodeRunner, ToolParser
+from grpo_lightning.environments.images import EpisodeImages
 from grpo_lightning.environments.limits import DONE, STOP_REASONS, EpisodeLimits
 from grpo_lightning.environments.outcomes import outcome_metrics
 from grpo_lightning.environments.parsers import AUTO
@@ -34,7 +36,7 @@ from grpo_lightning.environments.render import ChatRenderer
 from grpo_lightning.environments.template_checks import resolve_chat_template, startup_report
 from grpo_lightning.environments.transcripts import episode_record
 from grpo_lightning.environments.truncation import INFO as TRUNCATED_REWARD
-from grpo_lightning.records import Completion, RolloutBatch
+from grpo_lightning.records import Completion, RolloutBatch, VisionInputs
 from grpo_lightning.rewards.scorer import RewardState
 from grpo_lightning.rollout.seeding import group_seeds, sample_seed
 
@@ -59,8 +61,10 @@ class EpisodeRollout:
         aggregator: str = "sum",
         failed_reward: float = 0.0,
         env_name: str = "",
+        images: EpisodeImages | None = None,
     ):
         self.make_env, self.limits, self.renderer, self.parser = make_env, limits, renderer, parser
+        self.images = images  # a vision-language policy's: the environments' pictures (environments/images.py)
         self.aggregate = REWARD_AGGREGATORS[aggregator]
         self.failed_reward = failed_reward
         self.env_name = env_name  # named in failures and errors
@@ -76,6 +80,7 @@ class EpisodeRollout:
         context: int | None,
         row: dict[str, Any],
         model_name: str = "",
+        images: EpisodeImages | None = None,
     ) -> EpisodeRollout:
         """The episode rollout of an :class:`~grpo_lightning.environments.limits.EpisodeTaskConfig` task.
 
@@ -115,6 +120,7 @@ class EpisodeRollout:
             options.reward_aggregator,
             options.failed_reward,
             options.environment,
+            images,
         )
 
     def play(self, generator: Any, records: list[dict], step: int, rank: int) -> list[Episode]:
@@ -137,6 +143,7 @@ class EpisodeRollout:
             generator.sampling,
             self.parser,
             env_name=self.env_name,
+            images=self.images,
         )
         return runner.run(rows, resets, samples)
 
@@ -223,7 +230,7 @@ class EpisodeRollout:
             reward_extra=generator.scorer.last_logs.extra,
             finished=finished,
             engine_logprobs=logprobs,
-            prompts=tokenizer.batch_decode(prompts_ids),
+            prompts=self.prompt_texts(tokenizer, prompts_ids, episodes),
             completions=tokenizer.batch_decode([c.token_ids for c in completions]),
             timing=timing,
             episode_ids=torch.arange(n),
@@ -232,8 +239,19 @@ class EpisodeRollout:
                 episode_record(e, c, tokenizer, r) for e, c, r in zip(episodes, completions, env_rewards, strict=True)
             ],
             weight_version=min(versions) if versions else None,
+            vision=episode_vision(episodes) if self.images is not None and self.images.processor is not None else None,
             **RolloutBatch.pad_token_fields(completions),
         )
+
+    def prompt_texts(self, tokenizer: Any, prompts_ids: list[list[int]], episodes: list[Episode]) -> list[str]:
+        """The prompts as text; a first observation's pictures shown (and identified) by their hashes."""
+        token = self.images.image_token_id if self.images is not None else None
+        return [
+            display_text(tokenizer, ids, e.vision.inputs(), token)
+            if token is not None and e.vision is not None and any(s < len(ids) for s in e.vision.slots)
+            else tokenizer.decode(ids)
+            for ids, e in zip(prompts_ids, episodes, strict=True)
+        ]
 
     def say_failures(self, episodes: list[Episode], step: int) -> None:
         """The first failure of each kind (stop reason and exception type), once per run: its message
@@ -251,6 +269,12 @@ class EpisodeRollout:
                 f"{episode.error}. Failed episodes are masked out of the loss with task.failed_reward; "
                 f"the episode_failures check alerts when many fail."
             )
+
+
+def episode_vision(episodes: list[Episode]) -> list[VisionInputs | None]:
+    """Each episode's pictures with their image slots (None: an episode without pictures): every pass puts
+    their features where the engine did."""
+    return [e.vision.inputs() if e.vision is not None and e.vision.images else None for e in episodes]
 
 
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:

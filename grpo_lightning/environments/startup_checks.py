@@ -21,9 +21,11 @@ from typing import Any
 from lightning.pytorch.utilities import rank_zero_warn
 
 from grpo_lightning.data.files import unencodable
+from grpo_lightning.data.image_checks import text_parts
 from grpo_lightning.environments.base import call_maybe_async
 from grpo_lightning.environments.calls import first_reset, made
 from grpo_lightning.environments.daemon import in_daemon_thread
+from grpo_lightning.environments.images import template_messages
 from grpo_lightning.environments.limits import EpisodeLimits
 from grpo_lightning.environments.render import ChatRenderer
 from grpo_lightning.environments.truncation import HOOK
@@ -49,7 +51,7 @@ def check_first_messages(
     for source, row in rows:
         reset = first_reset(make_env, row, name, timeout_s)
         for message in reset.messages:
-            bad = unencodable(tokenizer, [str(message.get("content", ""))], cache)
+            bad = unencodable(tokenizer, text_parts([message]), cache)  # a string content, or its text parts
             if bad:
                 raise DataError(
                     f"task.environment={name}: the first messages of {source} hold characters {bad} (in a "
@@ -57,7 +59,7 @@ def check_first_messages(
                     f"{tokenizer.unk_token!r}); keep the environment's text to the tokenizer's alphabet (the tiny "
                     "model's is model.tiny.alphabet) or use a model whose tokenizer has them (model=smollm2_135m)"
                 )
-        length = len(renderer.prompt_ids(reset.messages, reset.tools or None))
+        length = len(renderer.prompt_ids(template_messages(reset.messages), reset.tools or None))  # images unexpanded
         if context is not None and length >= context:
             raise DataError(
                 f"task.environment={name}: the first messages of {source} are {length} tokens, the model's whole "

@@ -79,7 +79,14 @@ class EpisodeEvaluator:
         if self.max_new_tokens is not None:
             limits = replace(limits, max_turn_tokens=self.max_new_tokens)
         runner = EpisodeRunner(
-            self.rollout.engine, episodes.renderer, episodes.make_env, limits, self.sampling, episodes.parser
+            self.rollout.engine,
+            episodes.renderer,
+            episodes.make_env,
+            limits,
+            self.sampling,
+            episodes.parser,
+            env_name=episodes.env_name,  # named in failures and errors, as in training
+            images=episodes.images,
         )
         return expanded, runner.run(expanded, resets, samples)
 

@@ -25,6 +25,10 @@ class VisionInputs:
     tensors: dict[str, torch.Tensor]  # the processor's image tensors (pixel_values, image_grid_thw, ...)
     num_image_tokens: int  # image tokens of the prompt's ids: the features the images must fill
     images: list[Any] = field(default_factory=list)  # the decoded images (PIL), for the engine and the tables
+    # Where the images go: each image token's index in the row's own sequence (its first prompt token is 0,
+    # the completion follows the prompt). None: every image token of the prompt (a processed prompt). An
+    # episode's images arrive in environment replies, after sampled ids that may hold image tokens (text).
+    slots: tuple[int, ...] | None = None
 
     @property
     def num_images(self) -> int:
@@ -35,7 +39,7 @@ class VisionInputs:
         if all(t.device == torch.device(device) for t in self.tensors.values()):
             return self
         moved = {name: t.to(device) for name, t in self.tensors.items()}
-        return VisionInputs(self.key, self.refs, moved, self.num_image_tokens, self.images)
+        return VisionInputs(self.key, self.refs, moved, self.num_image_tokens, self.images, self.slots)
 
 
 def moved(vision: list[VisionInputs | None] | None, device) -> list[VisionInputs | None] | None:

@@ -22,6 +22,7 @@ from grpo_lightning.tasks import (  # noqa: F401  (register the tasks)
     key_lookup,
     mixed,
     reasoning_gym,
+    shape_drawn,
     shapes,
 )
 from grpo_lightning.tasks.arithmetic import ArithmeticTaskConfig, arithmetic_records

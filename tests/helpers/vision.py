@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import random
 import string
+from dataclasses import replace
 
 from PIL import Image, ImageDraw
 
-from grpo_lightning.config import ModelConfig, RolloutConfig
+from grpo_lightning.config import AlgorithmConfig, ModelConfig, RolloutConfig
 from grpo_lightning.data.vision_prompting import VisionPrompts
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.vision.processor import processor_of
 from grpo_lightning.models.vision.tiny import build_tiny_vlm, build_vision_tokenizer
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rollout import HFEngine, RolloutGenerator, Sampling
+from grpo_lightning.step.micro_batches import micro_batches
+from grpo_lightning.step.module import GRPOModule
 
 FAMILIES = ("llava", "qwen2_vl")
 
@@ -78,3 +81,12 @@ def vision_generator(policy, tokenizer, num_generations: int, engine=None, **sam
     )
     generator.vision = VisionPrompts(processor_of(tokenizer))
     return generator
+
+
+def policy_logprobs(policy, batch, pack: bool, size: int):
+    """The gradient pass's policy log-probs (recorded as the old policy's) over micro-batches of ``size``."""
+    module = GRPOModule(policy, AlgorithmConfig(beta=0.0, pack_sequences=pack))
+    prepared = replace(module.prepare(batch), micro_batches=list(micro_batches(batch, size)))
+    stats = module.accumulate_gradients(batch, prepared, record_old=True)
+    policy.zero_grad(set_to_none=True)
+    return stats.old_logprobs.logp, module

@@ -121,3 +121,26 @@ def test_good_images_load_from_every_format(file, files):
     records = read_records(files[file], "task.path", "prompt")
     prompt_check(cfg)(records, files[file])  # no error
     assert all(load_image(ref).mode == "RGB" for r in records for ref in image_refs(r))
+
+
+def test_an_image_environment_on_vllm_ends_in_one_line(monkeypatch, tmp_path, capsys):
+    """vLLM engines and the server take no episode pictures yet: refused before any model loads (pipeline mode
+    refuses every episode task in the config check)."""
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model loaded before the engine was refused")
+
+    monkeypatch.setattr(build, "load_policy", no_model)
+    args = ("model=tiny_vlm", "task=shape_drawn", "rollout=vllm")
+    code, err, seconds = run_cli(monkeypatch, tmp_path, capsys, args)
+    said = ("episodes of a vision-language policy (llava)", "rollout.engine=hf", "do not take an environment's images")
+    assert_one_clear_line(code, err, seconds, said, tmp_path / "run")
+
+
+def test_an_environments_picture_for_a_text_policy_ends_in_one_line(monkeypatch, tmp_path, capsys):
+    """The first episodes (the evaluation before training here) name the environment and the turn."""
+    alphabet = "model.tiny.alphabet='abcdefghijklmnopqrstuvwxyz? '"  # the task's text, for the tiny text model
+    args = ("model=tiny", "task=shape_drawn", alphabet, "rollout.prompts_per_step=1", "rollout.num_generations=2")
+    code, err, seconds = run_cli(monkeypatch, tmp_path, capsys, args, fit_allowed=True)  # refused in an episode
+    said = ("environment 'shape_drawn': step() of turn 1 returned 1 image(s)", "text-only model", "model=tiny_vlm")
+    assert_one_clear_line(code, err, seconds, said, tmp_path / "run")

@@ -60,10 +60,25 @@ class FeatureCache:
         self._kept.clear()
 
 
-def prompt_image_mask(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, prompt_width: int) -> torch.Tensor:
-    """[B, T] the prompts' image tokens: an image token sampled in a completion is text."""
+def prompt_image_mask(
+    model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, prompt_width: int, rows: list[VisionInputs | None]
+) -> torch.Tensor:
+    """[B, T] the image tokens the rows' images fill: the prompts' (an image token sampled in a completion is
+    text), or where a row's ``slots`` say (an episode's images, in its environment replies too)."""
     image = (ids == image_token_id(model)) & mask.bool()
     image[:, prompt_width:] = False
+    for i, v in enumerate(rows):
+        if v is None or v.slots is None:
+            continue
+        image[i] = False
+        if not v.slots:
+            continue
+        # Prompts are left-padded to prompt_width, completions follow it: a slot's column in the padded row.
+        length = int(mask[i, :prompt_width].sum())
+        slots = torch.tensor(v.slots, dtype=torch.long, device=ids.device)
+        columns = torch.where(slots < length, prompt_width - length + slots, prompt_width + slots - length)
+        columns = columns[columns < ids.shape[1]]  # the engine's requests hold the slots of their prefix only
+        image[i, columns] = ids[i, columns] == image_token_id(model)
     return image
 
 
@@ -82,7 +97,7 @@ def embed_inputs(
     images (None: a text-only row), columns from ``prompt_width`` on the completion.
     """
     embeds = model.get_input_embeddings()(ids)
-    image = prompt_image_mask(model, ids, mask, prompt_width)
+    image = prompt_image_mask(model, ids, mask, prompt_width, rows)
     with_images = [i for i, v in enumerate(rows) if v is not None and v.num_images]
     counts = image.sum(dim=1).tolist()
     for i, v in enumerate(rows):

@@ -5,29 +5,18 @@ random places, packing on and off; and a prompt's image features are computed on
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
 import pytest
 import torch
-from helpers.vision import FAMILIES, load_folder, random_records, vision_generator
+from helpers.vision import FAMILIES, load_folder, policy_logprobs, random_records, vision_generator
 
 from grpo_lightning.config import AlgorithmConfig
-from grpo_lightning.step.micro_batches import micro_batches
 from grpo_lightning.step.module import GRPOModule
 
 # float32 on a CPU: the engine's prefill-and-decode and the training pass's full forward differ by
 # summation order only (measured below 1e-6); a wrong pixel, position or image token moves them by far more.
 TOLERANCE = 1e-5
-CASES = 4
-
-
-def policy_logprobs(policy, batch, pack: bool, size: int):
-    """The gradient pass's policy log-probs (recorded as the old policy's) over micro-batches of ``size``."""
-    module = GRPOModule(policy, AlgorithmConfig(beta=0.0, pack_sequences=pack))
-    prepared = replace(module.prepare(batch), micro_batches=list(micro_batches(batch, size)))
-    stats = module.accumulate_gradients(batch, prepared, record_old=True)
-    policy.zero_grad(set_to_none=True)
-    return stats.old_logprobs.logp, module
+CASES = 3
 
 
 @pytest.mark.parametrize("family", FAMILIES)
