@@ -30,7 +30,7 @@ from pathlib import Path
 from grpo_lightning.models.smollm2 import ensure_smollm2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from distill_tiny import cli, command_line, cpu_name, read_steps
+from distill_tiny import cli, command_line, cpu_name
 
 TASK = ["+preset=smollm2_reasoning_gym", "task.dataset=products", "+task.dataset_options.max_digits=1"]
 PURE = ["task.rewards.reasoning_gym=0", "task.rewards.answer_format=0", "task.rewards.length_penalty=0"]
@@ -78,22 +78,52 @@ def teacher_accuracy(work: Path, system: str, prompts: int) -> dict:
     return result
 
 
-def val_accuracy(output_dir: Path) -> list[tuple[int, float]]:
+def metric_rows(output_dir: Path) -> list[dict]:
+    """The rows of a run's ``metrics.csv``, in order (none before the run has logged)."""
     files = sorted(output_dir.glob("csv/version_*/metrics.csv"))
-    if not files:
-        return []
-    return [
-        (int(r["step"]), float(r["val/accuracy"])) for r in csv.DictReader(open(files[-1])) if r.get("val/accuracy")
-    ]
+    return list(csv.DictReader(open(files[-1]))) if files else []
+
+
+def val_accuracy(rows: list[dict]) -> list[tuple[int, float]]:
+    return [(int(r["step"]), float(r["val/accuracy"])) for r in rows if r.get("val/accuracy")]
+
+
+def training_rows(rows: list[dict]) -> list[dict]:
+    """The training steps' rows (those with a step time), in step order. Not the tiny benchmark's
+    reader: every reward weight is 0 here and the task's reward columns are reasoning-gym's."""
+    return sorted((r for r in rows if r.get("train/step_time")), key=lambda r: int(r["step"]))
+
+
+def column(rows: list[dict], name: str) -> list[float]:
+    return [float(r[name]) for r in rows if r.get(name)]
+
+
+def summarize_student(rows: list[dict], steps: int) -> dict:
+    """What a student run's metrics say: held-out accuracy by step, seconds per step, the teacher
+    pass's share of them, and the distillation metrics at the first and last step."""
+    accuracy, train = val_accuracy(rows), training_rows(rows)
+    times, teacher = column(train, "train/step_time"), column(train, "distill/teacher_seconds")
+    kl, agreement = column(train, "distill/kl"), column(train, "distill/argmax_agreement")
+    return {
+        "accuracy_by_step": accuracy,
+        "accuracy_before": accuracy[0][1] if accuracy and accuracy[0][0] == 0 else None,
+        "accuracy_after": accuracy[-1][1] if accuracy and accuracy[-1][0] == steps else None,
+        "steps_trained": len(train),
+        "seconds_per_step_median": statistics.median(times) if times else None,
+        "teacher_share_median": statistics.median(t / s for t, s in zip(teacher, times, strict=True))
+        if teacher and len(teacher) == len(times)
+        else None,
+        "distill_kl_first_last": [kl[0], kl[-1]] if kl else None,
+        "argmax_agreement_first_last": [agreement[0], agreement[-1]] if agreement else None,
+    }
 
 
 def student(
     work: Path, seed: int, steps: int, system: str, prompts: int, every: int = 0, baseline: bool = True
 ) -> dict:
+    """One student run from the CLI; a run folder whose last step's validation is there is read, not
+    run again (its ``result.json`` is a summary of the folder)."""
     out = work / f"student_seed{seed}"
-    record = out / "result.json"
-    if record.is_file():
-        return json.loads(record.read_text())
     overrides = [
         *TASK,
         *PURE,
@@ -106,31 +136,15 @@ def student(
         f"eval.every_n_steps={every}",
         f"eval.before_training={str(baseline).lower()}",
     ]
-    out.mkdir(parents=True, exist_ok=True)
-    code, seconds, before, after = cli(overrides, out, out / "train.log")
-    rows = read_steps(out)
-    accuracy = val_accuracy(out)
-    times = [float(r["train/step_time"]) for r in rows if r.get("train/step_time")]
-    kl = [float(r["distill/kl"]) for r in rows if r.get("distill/kl")]
-    result = {
-        "seed": seed,
-        "command": command_line(overrides),
-        "exit_code": code,
-        "wall_seconds": seconds,
-        "load_average": [before, after],
-        "accuracy_by_step": accuracy,
-        "accuracy_before": accuracy[0][1] if accuracy and accuracy[0][0] == 0 else None,
-        "accuracy_after": accuracy[-1][1] if accuracy and accuracy[-1][0] == steps else None,
-        "seconds_per_step_median": statistics.median(times) if times else None,
-        "distill_kl_first_last": [kl[0], kl[-1]] if kl else None,
-        "argmax_agreement_first_last": [
-            float(rows[0].get("distill/argmax_agreement") or "nan"),
-            float(rows[-1].get("distill/argmax_agreement") or "nan"),
-        ]
-        if rows
-        else None,
-    }
-    record.write_text(json.dumps(result, indent=2))
+    summary = summarize_student(metric_rows(out), steps)
+    run = {"exit_code": 0, "wall_seconds": None, "load_average": None}
+    if summary["accuracy_after"] is None:  # not run yet, or stopped before its end: from the start
+        out.mkdir(parents=True, exist_ok=True)
+        code, seconds, before, after = cli(overrides, out, out / "train.log")
+        run = {"exit_code": code, "wall_seconds": seconds, "load_average": [before, after]}
+        summary = summarize_student(metric_rows(out), steps)
+    result = {"seed": seed, "command": command_line(overrides), **run, **summary}
+    (out / "result.json").write_text(json.dumps(result, indent=2))
     print(f"seed {seed}: held-out {result['accuracy_before']} -> {result['accuracy_after']}", flush=True)
     return result
 

@@ -215,6 +215,20 @@ def run_trl(setting: str, model_dir: str | None, table: str, trl_vllm: bool = Fa
     return {"steps": steps}
 
 
+def open_step() -> dict:
+    """A step's record as it starts: both clocks read (see :func:`close_step`)."""
+    return {"start": time.perf_counter(), "cpu_start": time.process_time()}
+
+
+def close_step(steps: list[dict], less: float = 0.0) -> None:
+    """Closes the open step of ``steps``, if any: its wall seconds and its process's CPU seconds (every
+    thread's), each less ``less`` of bookkeeping. The CPU seconds are what a loaded machine leaves
+    comparable: the wall seconds count the time other processes held the cores."""
+    if steps and "start" in steps[-1]:
+        steps[-1]["seconds"] = time.perf_counter() - steps[-1].pop("start") - less
+        steps[-1]["cpu_seconds"] = time.process_time() - steps[-1].pop("cpu_start") - less
+
+
 def trl_step_times(timer: GenerateTimer, steps: list[dict], sequences: int):
     """A TRL callback appending each step to ``steps``: its seconds from its start to the next one's
     (its logging included, as for ours), the seconds ``timer`` counted generating, its completion tokens."""
@@ -222,18 +236,15 @@ def trl_step_times(timer: GenerateTimer, steps: list[dict], sequences: int):
 
     class StepTimes(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
-            now = time.perf_counter()
-            if steps:
-                steps[-1]["seconds"] = now - steps[-1].pop("start")
-            steps.append({"start": now})
+            close_step(steps)
+            steps.append(open_step())
             self.gen = timer.seconds
 
         def on_step_end(self, args, state, control, **kwargs):
             steps[-1]["generate"] = timer.seconds - self.gen
 
         def on_train_end(self, args, state, control, **kwargs):
-            if steps and "start" in steps[-1]:
-                steps[-1]["seconds"] = time.perf_counter() - steps[-1].pop("start")
+            close_step(steps)
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "completions/mean_length" in logs and steps:
@@ -324,8 +335,8 @@ def run_ours(
         less this callback's own bookkeeping."""
 
         def on_train_batch_start(self, trainer, module, batch, batch_idx):
-            self._close(time.perf_counter())
-            steps.append({"start": time.perf_counter(), "bookkeeping": 0.0})
+            close_step(steps, steps[-1].pop("bookkeeping") if steps and "start" in steps[-1] else 0.0)
+            steps.append({**open_step(), "bookkeeping": 0.0})
 
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
             start = time.perf_counter()
@@ -345,12 +356,7 @@ def run_ours(
             steps[-1]["bookkeeping"] += time.perf_counter() - start
 
         def on_train_end(self, trainer, module):
-            self._close(time.perf_counter())
-
-        @staticmethod
-        def _close(now: float) -> None:
-            if steps and "start" in steps[-1]:
-                steps[-1]["seconds"] = now - steps[-1].pop("start") - steps[-1].pop("bookkeeping")
+            close_step(steps, steps[-1].pop("bookkeeping") if steps and "start" in steps[-1] else 0.0)
 
     run.callbacks.insert(0, StepTimes())  # its clock starts before training_step generates
     run.trainer(cfg, enable_progress_bar=False, limit_val_batches=0).fit(run.module, datamodule=run.datamodule)
@@ -392,6 +398,7 @@ def summarize(runs: list[dict], warmup: int) -> dict:
     seconds = [s["seconds"] for s in steps]
     out = {
         "median_step_s": statistics.median(seconds),
+        "median_step_cpu_s": statistics.median(s["cpu_seconds"] for s in steps),
         "tokens_per_s": sum(s.get("tokens", 0.0) for s in steps) / sum(seconds),
         "generation_share": sum(s["generate"] for s in steps) / sum(seconds),
         "peak_rss_mb": max(run["peak_rss_mb"] for run in runs),

@@ -9,8 +9,9 @@ weight trained (``model.freeze_vision=false``: TRL freezes nothing), no evaluati
 monitor stays on. Each trainer generates with the policy itself (TRL's ``model.generate``, ours
 the HF engine's own loop). The trainers alternate ``--repeats`` times, each run in a fresh
 subprocess so that its peak RSS is its own. Reported per trainer: median step time (from a
-step's start to the next one's; the first ``--warmup`` steps dropped), the share spent
-generating, peak RSS; then ours / TRL's.
+step's start to the next one's; the first ``--warmup`` steps dropped), in wall seconds and in the
+process's CPU seconds (on a machine shared with other jobs the wall seconds count their turns on
+the cores too: compare the CPU seconds there), the share spent generating, peak RSS; then ours / TRL's.
 
     .venv-bench/bin/python benchmarks/vision_trl.py                      # TRL's venv (make bench-trl builds it)
     .venv-bench/bin/python benchmarks/vision_trl.py --repeats 3 --out benchmarks/results/vision_trl.json
@@ -25,10 +26,9 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
-from trl_vs_ours import GenerateTimer, child_environment, summarize, trl_config, trl_step_times
+from trl_vs_ours import GenerateTimer, child_environment, close_step, open_step, summarize, trl_config, trl_step_times
 
 from grpo_lightning.config import ModelConfig, TrainConfig
 from grpo_lightning.models import load_policy
@@ -101,8 +101,8 @@ def run_ours(model_dir: str, s: dict) -> dict:
 
     class StepTimes(L.Callback):
         def on_train_batch_start(self, trainer, module, batch, batch_idx):
-            self._close(time.perf_counter())
-            steps.append({"start": time.perf_counter()})
+            close_step(steps)
+            steps.append(open_step())
 
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
             rollout = module.last_step.rollout
@@ -110,12 +110,7 @@ def run_ours(model_dir: str, s: dict) -> dict:
             steps[-1]["tokens"] = float(rollout.completion_mask.sum())  # as TRL's: completion tokens
 
         def on_train_end(self, trainer, module):
-            self._close(time.perf_counter())
-
-        @staticmethod
-        def _close(now: float) -> None:
-            if steps and "start" in steps[-1]:
-                steps[-1]["seconds"] = now - steps[-1].pop("start")
+            close_step(steps)
 
     run.callbacks.insert(0, StepTimes())
     run.trainer(cfg, enable_progress_bar=False, limit_val_batches=0).fit(run.module, datamodule=run.datamodule)
@@ -168,6 +163,7 @@ def main() -> None:
     if "ours" in summary and "trl" in summary:
         summary["ratio"] = {
             "step_time": summary["ours"]["median_step_s"] / summary["trl"]["median_step_s"],
+            "step_cpu_time": summary["ours"]["median_step_cpu_s"] / summary["trl"]["median_step_cpu_s"],
             "peak_rss": summary["ours"]["peak_rss_mb"] / summary["trl"]["peak_rss_mb"],
         }
     summary["setting"] = {**SETTING, "steps": args.steps, "family": args.family, "repeats": args.repeats}

@@ -164,6 +164,20 @@ def test_distill_benchmarks_commands_compose_and_a_run_is_read(tmp_path):
     cfg = compose([*student, context.quoted("algorithm.teacher.context.system_prompt", context.few_shot_prompt(3))])[0]
     assert cfg.algorithm.teacher.context.system_prompt.count("<answer>") == 4  # the preset's line and 3 examples
     assert not any(cfg.task.rewards.values())
+    # A SmolLM2 run's rows (reasoning-gym's reward columns, validation rows of their own) summarized.
+    logged = [
+        {"step": "0", "val/accuracy": "0.25"},
+        *(
+            {"step": str(i), "train/step_time": "4", "distill/teacher_seconds": "1", "distill/kl": str(kl)}
+            for i, kl in ((1, 0.2), (2, 0.1))
+        ),
+        {"step": "2", "val/accuracy": "0.5"},
+    ]
+    summary = context.summarize_student(logged, steps=2)
+    assert summary["accuracy_by_step"] == [(0, 0.25), (2, 0.5)] and summary["accuracy_after"] == 0.5
+    assert summary["steps_trained"] == 2 and summary["seconds_per_step_median"] == 4.0
+    assert summary["teacher_share_median"] == 0.25 and summary["distill_kl_first_last"] == [0.2, 0.1]
+    assert context.summarize_student(logged, steps=3)["accuracy_after"] is None  # stopped early: run again
     rewards = [0.0, 0.2, 0.6, 0.8, 1.0]  # the mean of the last 2 first reaches 0.5 at the 4th step: (0.6 + 0.8) / 2
     rows = [
         {
@@ -502,3 +516,4 @@ def test_vision_trl_child_times_our_vlm_steps(run_main, monkeypatch):
     assert len(result["steps"]) == 3 and result["peak_rss_mb"] > 0
     summary = vision_trl.summarize([result], warmup=1)
     assert finite(summary["median_step_s"]) and 0 < summary["generation_share"] < 1 and summary["tokens_per_s"] > 0
+    assert all(step["cpu_seconds"] > 0 for step in result["steps"])  # the clock a loaded machine leaves comparable
