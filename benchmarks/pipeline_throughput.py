@@ -14,18 +14,24 @@ short and some run to ``--max-new-tokens``. The modes:
 - ``pipeline``: the producer keeps ``(max_lag + 1) x prompts_per_step`` groups in flight and the
   weights change between decode steps (``--max-lags``).
 
+``--engine vllm``: the same three modes with a CPU vLLM server (launched once on the tiny policy,
+or ``--server-url`` with its token in ``GRPO_BENCH_SERVER_KEY``) behind every run: sync and async
+send whole batches, pipeline keeps requests in flight and pauses the server at each weight sync.
+
 Rounds interleave the modes so machine load hits all alike; the median round is reported with
 its ratio to sync, and the median of each round's ratio to that round's sync run. Per run: wall seconds of ``fit`` (building excluded), completions per second,
 the trainer's wait (sync: generating; async: waiting for the batch; pipeline: waiting for finished
 groups) and busy seconds, and the pipeline's engine busy / idle / sync seconds, which add up to
 its wall clock. Usage: ``python benchmarks/pipeline_throughput.py [--steps 8] [--rounds 3]
-[--max-new-tokens 48] [--prompts 8] [--generations 4] [--max-lags 1 2] [--out results.json]``.
+[--max-new-tokens 48] [--prompts 8] [--generations 4] [--max-lags 1 2] [--engine hf|vllm]
+[--out results.json]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -38,6 +44,8 @@ from grpo_lightning.build import build_run
 from grpo_lightning.config.compose import compose
 from grpo_lightning.models import load_policy
 from grpo_lightning.rollout.pipeline.hf_engine import HFPipelineEngine
+
+KEY_ENV = "GRPO_BENCH_SERVER_KEY"  # the server's token, for --server-url and the launched one
 
 
 class Timings(L.Callback):
@@ -66,7 +74,10 @@ def overrides(mode: str, lag: int, args) -> list[str]:
         "trainer.checkpoint_every_n_steps=0",
         f"trainer.output_dir={args.output_dir}/{mode}{lag}",
     ]
-    if mode == "async":  # a background engine: engine=vllm's async path, the HF pipeline engine injected
+    if args.server_url:  # every mode on the vLLM server
+        shared += ["rollout.engine=vllm", f"rollout.vllm.server.url={args.server_url}"]
+        shared.append(f"rollout.vllm.server.api_key_env={KEY_ENV}")
+    if mode == "async":  # a background engine: engine=vllm's async path (hf: the HF pipeline engine injected)
         return [*shared, "rollout.engine=vllm", "rollout.mode=async", "rollout.max_staleness=1"]
     if mode == "pipeline":
         return [*shared, "rollout.mode=pipeline", f"rollout.pipeline.max_lag={lag}"]
@@ -76,7 +87,7 @@ def overrides(mode: str, lag: int, args) -> list[str]:
 def run_once(mode: str, lag: int, args) -> dict[str, float]:
     cfg, _ = compose(overrides(mode, lag, args))
     engine = None
-    if mode == "async":
+    if mode == "async" and not args.server_url:
         policy, tokenizer = load_policy(cfg.model)
         engine = HFPipelineEngine(policy, tokenizer.pad_token_id, tokenizer.eos_token_id, 256)
     run = build_run(cfg, engine=engine)
@@ -127,7 +138,34 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["sync", "async", "pipeline"])
     parser.add_argument("--output-dir", default="/tmp/pipeline_throughput")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--engine", choices=["hf", "vllm"], default="hf")
+    parser.add_argument("--server-url", default=None, help=f"--engine vllm: a running server (token in {KEY_ENV})")
     args = parser.parse_args()
+    server = None
+    if args.engine == "vllm" and not args.server_url:
+        server = launch_server()
+        args.server_url = server.client.url
+    try:
+        measure(args)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def launch_server():
+    """A CPU vLLM server on the tiny policy, for every run (each pushes its own weights first)."""
+    from grpo_lightning.config import VLLMConfig, VLLMServerConfig  # noqa: PLC0415  (--engine vllm only)
+    from grpo_lightning.rollout.vllm_server import VLLMServerEngine  # noqa: PLC0415
+
+    cfg, _ = compose(["trainer.output_dir=/tmp/unused"])
+    policy, tokenizer = load_policy(cfg.model)
+    settings = VLLMConfig(max_model_len=128, kv_cache_gib=0.5, server=VLLMServerConfig(launch=True, timeout_s=120))
+    engine = VLLMServerEngine.from_policy(policy, tokenizer, settings, seed=0)
+    os.environ[KEY_ENV] = engine.server.token
+    return engine
+
+
+def measure(args) -> None:
     settings = [(m, lag) for m in args.modes for lag in (args.max_lags if m == "pipeline" else [0])]
     runs: dict[str, list[dict]] = {f"{m}{lag if m == 'pipeline' else ''}": [] for m, lag in settings}
     for _ in range(args.rounds):
@@ -155,7 +193,14 @@ def main() -> None:
             print(f"{name:<10} per-round ratio to sync: median {statistics.median(ratios):.2f}, "
                   f"range {min(ratios):.2f}-{max(ratios):.2f}")  # fmt: skip
     cpu = platform.processor() or platform.machine()
-    out = {"cpu": cpu, "torch_threads": torch.get_num_threads(), "args": vars(args), "median": median, "runs": runs}
+    out = {
+        "cpu": cpu,
+        "engine": args.engine,
+        "torch_threads": torch.get_num_threads(),
+        "args": vars(args),
+        "median": median,
+        "runs": runs,
+    }
     print("RESULT " + json.dumps({k: v["completions_per_s"] for k, v in median.items()}))
     if args.out:
         with open(args.out, "w") as handle:

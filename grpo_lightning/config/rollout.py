@@ -269,10 +269,10 @@ class RolloutConfig(Schema):
         problems: list[str] = []
         check(
             problems,
-            self.engine != "vllm",
-            f"{p}mode=pipeline with {p}engine=vllm is not built yet: the in-process LLM.generate blocks for a whole "
-            "call and cannot take weights mid-sequence, and pausing a vLLM server with its requests kept is not "
-            f"wired; use {p}engine=hf for pipeline, or {p}mode=async with vllm",
+            self.engine != "vllm" or self.uses_server,
+            f"{p}mode=pipeline with {p}engine=vllm needs a vLLM server: the in-process LLM's generate blocks for a "
+            "whole batch and cannot pause with its requests kept to take weights mid-sequence; set "
+            f"{p}vllm.server.launch=true (or url/urls), or use {p}mode=async with the in-process engine",
         )
         check(
             problems,

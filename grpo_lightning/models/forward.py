@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -24,7 +23,7 @@ from grpo_lightning.algorithm.truncation import Truncation
 from grpo_lightning.config.algorithm import logprob_chunk_mb
 from grpo_lightning.models.sharding import is_sharded
 from grpo_lightning.models.vision.forward import VisionLogProbs
-from grpo_lightning.records import VisionInputs
+from grpo_lightning.records import CapturedRows, VisionInputs
 
 # Mean |packed - padded| log-prob of the probe above which packing is declared broken. Both
 # computations see the same tokens; they differ by summation order only: ~1e-6 in float32,
@@ -43,16 +42,6 @@ def plain_output_head(model: nn.Module) -> nn.Linear | None:
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     return head if isinstance(head, nn.Linear) and decoder is not None else None
-
-
-@dataclass(frozen=True)
-class CapturedRows:
-    """A pass's final hidden states at the positions that predict a completion token, in the row-major
-    order of ``valid`` [b, C] (what a distillation divergence needs of each model), and its head."""
-
-    rows: torch.Tensor  # [n, H]
-    valid: torch.Tensor  # [b, C] bool: the completion layout's real tokens
-    head: nn.Linear
 
 
 class CompletionLogProbs:
@@ -87,8 +76,7 @@ class CompletionLogProbs:
         """``packed``, if given, returns these rows already packed (a micro-batch packs once for all its passes);
         ``truncation``, the engine's top-k / top-p filter to replay (``algorithm.truncated_sampling``);
         ``capture``, a list that gets the pass's :class:`CapturedRows` (models with a plain head only);
-        ``vision``, each row's images: the rows of a vision-language policy (:class:`VisionLogProbs`;
-        nothing is captured there)."""
+        ``vision``, each row's images: the rows of a vision-language policy (:class:`VisionLogProbs`)."""
         if vision is not None:
             out = self.vision(
                 model,
@@ -101,6 +89,7 @@ class CompletionLogProbs:
                 entropy_grad,
                 truncation,
                 pack=self.pack,
+                capture=capture,
             )
             self.last_padding_share = self.vision.last_padding_share
             return out

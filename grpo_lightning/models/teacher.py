@@ -6,17 +6,32 @@ vocabulary (every token with the same id) and the same special tokens. A differe
 first one found, before any weights load; a teacher of another tokenizer is refused (cross-tokenizer
 distillation would need the text re-tokenised and the two sequences aligned, which this trainer
 does not do).
+
+A vision-language student's teacher folder is a vision-language model of its family with the same
+processor (every image becomes as many image tokens, in the same place): its tower sees the student's
+images. A text teacher of a VLM student, a VLM teacher of a text student, another family or another
+image processor are each refused in one line (:func:`check_teacher_kind`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForImageTextToText,
+    AutoProcessor,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from grpo_lightning.errors import ConfigError
 from grpo_lightning.models.loading import torch_dtype
+from grpo_lightning.models.vision import compat, family_of, is_vision_config
 
 SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token")
 
@@ -37,7 +52,8 @@ def load_teacher_tokenizer(path: str) -> tuple[PreTrainedTokenizerBase, int | No
     folder = _folder(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        context = getattr(AutoConfig.from_pretrained(folder), "max_position_embeddings", None)
+        config = AutoConfig.from_pretrained(folder)
+        context = getattr(getattr(config, "text_config", None) or config, "max_position_embeddings", None)
     except OSError as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise ConfigError(f"algorithm.teacher.path={path!r}: cannot load its tokenizer: {first}") from err
@@ -45,8 +61,14 @@ def load_teacher_tokenizer(path: str) -> tuple[PreTrainedTokenizerBase, int | No
 
 
 def load_teacher_model(path: str, dtype: str) -> PreTrainedModel:
-    """The teacher's weights in ``dtype`` (auto: the checkpoint's own), frozen, in eval mode."""
-    model = AutoModelForCausalLM.from_pretrained(_folder(path), dtype=torch_dtype(dtype))
+    """The teacher's weights in ``dtype`` (auto: the checkpoint's own), frozen, in eval mode (a
+    vision-language folder as one: its tower sees the student's images)."""
+    folder = _folder(path)
+    vision = is_vision_config(AutoConfig.from_pretrained(folder))
+    if vision:
+        compat.apply()  # without torchvision (models/vision/compat.py)
+    auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+    model = auto.from_pretrained(folder, dtype=torch_dtype(dtype))
     return model.requires_grad_(False).eval()
 
 
@@ -105,3 +127,60 @@ def head_size(model: torch.nn.Module) -> int | None:
     """Rows of the model's output head (the vocabulary it scores), or None without a plain head."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     return head.weight.shape[0] if head is not None and hasattr(head, "weight") else None
+
+
+def _flat(d: dict, at: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{at}{key}."))
+        else:
+            out[f"{at}{key}"] = value
+    return out
+
+
+def processor_difference(student, teacher) -> str | None:
+    """The first difference between two VLM processors in what makes a prompt's image tokens and pixels
+    (the image processor, the patch size, ...: ``to_dict``, which leaves the tokenizer out); None: none."""
+    ours, theirs = _flat(student.to_dict()), _flat(teacher.to_dict())
+    for key in sorted(set(ours) | set(theirs)):
+        if key.endswith(("processor_class", "image_processor_type")) or ours.get(key) == theirs.get(key):
+            continue
+        return f"the processor's {key} is {ours.get(key)!r} for the student, {theirs.get(key)!r} for the teacher"
+    return None
+
+
+def check_teacher_kind(student_type: str | None, student_processor, path: str, student_name: str) -> None:
+    """ConfigError when the teacher folder at ``path`` cannot see what the student sees: a text teacher for a
+    vision-language student (``student_type``: its model type, None for a text one), a VLM teacher for a text
+    student, a teacher of another VLM family or with another processor (the first difference named)."""
+    config = AutoConfig.from_pretrained(_folder(path))
+    name = f"algorithm.teacher.path={path!r}"
+    if student_type is None:
+        if is_vision_config(config):
+            raise ConfigError(
+                f"{name} is a vision-language model ({config.model_type}) and the student ({student_name}) is a text "
+                "model: its prompts carry no images; use a text teacher of the student's tokenizer"
+            )
+        return
+    if not is_vision_config(config):
+        raise ConfigError(
+            f"{name} is a text-only model ({config.model_type}) and the student ({student_name}) is a vision-language "
+            f"model ({student_type}): the teacher would score the completions without the images; use a "
+            f"vision-language teacher of the student's family, algorithm.teacher.kind=base (LoRA) or kind=context"
+        )
+    theirs, ours = family_of(config), family_of(SimpleNamespace(model_type=student_type))
+    if theirs is not ours:
+        raise ConfigError(
+            f"{name} is a {config.model_type} model and the student ({student_name}) a {student_type}: another "
+            "vision-language family turns images into other tokens and positions; use a teacher of the student's "
+            "family, with its processor"
+        )
+    compat.apply()
+    difference = processor_difference(student_processor, AutoProcessor.from_pretrained(_folder(path)))
+    if difference is not None:
+        raise ConfigError(
+            f"the teacher's processor ({name}) is not the student's ({student_name}): {difference}; the teacher sees "
+            "the student's pixels and image tokens, so both need one processor: use a teacher of the student's "
+            "family saved with the student's processor"
+        )

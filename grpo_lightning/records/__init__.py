@@ -11,6 +11,7 @@ so every layer above may use it (plug-ins: ``from grpo_lightning.records import 
 from grpo_lightning.records.rollout import TOKEN_FIELDS, Completion, RolloutBatch
 from grpo_lightning.records.step import (
     AggregationRecord,
+    CapturedRows,
     PassStats,
     PolicyWeights,
     StepContext,
@@ -23,6 +24,7 @@ from grpo_lightning.records.vision import VisionInputs
 __all__ = [
     "TOKEN_FIELDS",
     "AggregationRecord",
+    "CapturedRows",
     "Completion",
     "PassStats",
     "PolicyWeights",

@@ -24,6 +24,16 @@ class TokenLogProbs(NamedTuple):
 
 
 @dataclass(frozen=True)
+class CapturedRows:
+    """A pass's final hidden states at the positions that predict a completion token, in the row-major
+    order of ``valid`` [b, C] (what a distillation divergence needs of each model), and its head."""
+
+    rows: torch.Tensor  # [n, H]
+    valid: torch.Tensor  # [b, C] bool: the completion layout's real tokens
+    head: torch.nn.Linear
+
+
+@dataclass(frozen=True)
 class AggregationRecord:
     """How one loss term was reduced to a scalar: the mode and the normalizer it divided by."""
 

@@ -49,6 +49,7 @@ from grpo_lightning.records import PolicyWeights
 from grpo_lightning.rollout.child_watchdog import Watchdog, descendants, watch
 from grpo_lightning.rollout.engine import ENGINES, Completion, GenerationRequest, RolloutEngine, Sampling
 from grpo_lightning.rollout.lora_adapters import LoraServing
+from grpo_lightning.rollout.pipeline.vllm_engine import VLLMPipelineEngine
 from grpo_lightning.rollout.side_effects import preserved_process_state
 from grpo_lightning.rollout.temp_folders import owned_socket_dir, owned_temp_dir
 from grpo_lightning.rollout.transports import TRANSPORTS
@@ -325,5 +326,8 @@ def vllm_engine(policy, tokenizer, cfg: TrainConfig) -> RolloutEngine:
             lora = LoraServing(adapter_rank(policy), max(slots, 2))
         server = cfg.rollout.vllm.server
         engine_cls = VLLMServerPool if server.urls or server.replicas > 1 else VLLMServerEngine  # data-parallel
-        return engine_cls.from_policy(policy, tokenizer, cfg.rollout.vllm, cfg.trainer.seed, lora)
+        engine = engine_cls.from_policy(policy, tokenizer, cfg.rollout.vllm, cfg.trainer.seed, lora)
+        if cfg.rollout.mode == "pipeline":  # requests kept through each weight sync (pipeline/vllm_engine.py)
+            return VLLMPipelineEngine(engine)
+        return engine
     return VLLMEngine.from_policy(policy, tokenizer, cfg.rollout.vllm, cfg.trainer.seed)

@@ -66,6 +66,19 @@ _RPC_HINT = " (a server started by hand needs VLLM_SERVER_DEV_MODE=1 for /collec
 __all__ = ["QueuedGeneration", "ServerClient", "VLLMServer", "VLLMServerEngine", "VLLMServerError"]
 
 
+def sampling_params(sampling: Sampling, seed: int) -> dict:
+    """A request's sampling settings as vLLM's HTTP routes take them: its seed, the sampled log-probs, one sample."""
+    return {
+        "max_tokens": sampling.max_new_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k if sampling.top_k > 0 else 0,
+        "seed": seed,
+        "logprobs": 0,
+        "n": 1,
+    }
+
+
 class QueuedGeneration:
     """What engines on servers share: calls queue on ``_worker`` (one thread: a weight sync waits
     behind the generations queued before it), their requests run on ``_requests`` through ``_one``,
@@ -191,18 +204,8 @@ class VLLMServerEngine(QueuedGeneration):
 
     # ------------------------------------------------------------------ generation
     def _one(self, request: GenerationRequest, sampling: Sampling) -> Completion:
-        body = {
-            "model": self.client.model,
-            "prompt": list(request.prompt_ids),
-            "max_tokens": sampling.max_new_tokens,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "top_k": sampling.top_k if sampling.top_k > 0 else 0,
-            "seed": request.seed,
-            "logprobs": 0,
-            "return_token_ids": True,
-            "n": 1,
-        }
+        body = {"model": self.client.model, "prompt": list(request.prompt_ids), "return_token_ids": True}
+        body.update(sampling_params(sampling, request.seed))
         choice = self.client.call("POST", "/v1/completions", "a generation request", json=body)["choices"][0]
         tokens = list(choice["token_ids"])
         logprobs = [float(x) for x in choice["logprobs"]["token_logprobs"]]

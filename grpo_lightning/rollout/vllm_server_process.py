@@ -77,6 +77,7 @@ def _command(model_dir: str, config: VLLMConfig, port: int, seed: int, lora=None
         str(int(config.kv_cache_gib * 2**30)),
         "--worker-extension-cls",  # the receiving end of the network weight transport
         "grpo_lightning.rollout.transports.network_receiver.NetworkWeightReceiver",
+        "--enable-scale-out",  # /inference/v1/generate: tokens in and out with each token's weight version
     ]
     if config.enforce_eager:
         command.append("--enforce-eager")

@@ -1,5 +1,6 @@
 """The teacher's start-up refusals from the command line: a teacher folder that does not exist, a teacher of
-another tokenizer, a teacher whose context is shorter than the rollout. Each: exit 2, the problem in one line
+another tokenizer, a teacher whose context is shorter than the rollout, a text teacher for a vision-language
+student. Each: exit 2, the problem in one line
 (a config error's one line under "invalid config:"), before anything trains."""
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ def save_teacher(folder, alphabet=None, context=128) -> str:
     return str(folder)
 
 
-def refused(monkeypatch, tmp_path, capsys, teacher: str) -> str:
+def refused(monkeypatch, tmp_path, capsys, teacher: str, *extra: str) -> str:
     monkeypatch.chdir(tmp_path)
     args = [f"algorithm.teacher.path={teacher}", "logger=csv", "trainer.max_steps=2", f"hydra.run.dir={tmp_path}/run"]
+    args += extra
     monkeypatch.setattr(sys, "argv", ["grpo-lightning", *args])
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     capsys.readouterr()  # what saving the teacher printed
@@ -47,3 +49,10 @@ def test_a_teacher_of_another_tokenizer(monkeypatch, tmp_path, capsys):
 def test_a_teacher_with_a_shorter_context(monkeypatch, tmp_path, capsys):
     line = refused(monkeypatch, tmp_path, capsys, save_teacher(tmp_path / "t", context=6))
     assert line.startswith("error: the teacher's context is 6 tokens")
+
+
+def test_a_text_teacher_for_a_vision_language_student(monkeypatch, tmp_path, capsys):
+    extra = ("model=tiny_vlm", "task=shapes", "task.size=24")  # 24 pictures: the check comes after the data's
+    line = refused(monkeypatch, tmp_path, capsys, save_teacher(tmp_path / "t"), *extra)
+    assert line.startswith("error: algorithm.teacher.path=") and "is a text-only model (llama)" in line
+    assert "use a vision-language teacher of the student's family" in line

@@ -3,13 +3,15 @@ images from a jsonl file; the run's outputs record the images and the export hol
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 import random
 import sys
 from pathlib import Path
 
 import pytest
-from helpers.vision import FAMILIES, random_image
+from helpers.vision import FAMILIES, random_image, save_tiny_vlm
 
 from grpo_lightning import train
 
@@ -69,3 +71,19 @@ def test_a_saved_vlm_trains_two_steps_through_the_cli(family, tiny_vlm_folders, 
     assert rows and all(r["images"] and r["images"][0].endswith(".png") for r in rows)
     assert all("<image:" in r["prompt"] for r in rows)
     assert (out / "hf" / "final" / "processor_config.json").is_file()
+
+
+def test_a_tiny_vlm_distills_from_a_vlm_teacher_folder_through_the_cli(tmp_path, monkeypatch):
+    """model=tiny_vlm task=shapes with algorithm.teacher.path=<a saved tiny VLM of other weights>: 2 steps,
+    the teacher pass over the images, distill/* logged and finite."""
+    teacher, out = save_tiny_vlm("llava", str(tmp_path / "teacher"), seed=1), tmp_path / "run"
+    args = ["model=tiny_vlm", "task=shapes", f"algorithm.teacher.path={teacher}", "algorithm.beta=0"]
+    args += ["rollout.prompts_per_step=2", "rollout.num_generations=2", "trainer.max_steps=2", "logger=csv"]
+    run_cli(monkeypatch, *args, "task.size=16", f"hydra.run.dir={out}")
+    rows = list(csv.DictReader(next(out.glob("csv/*/metrics.csv")).open()))
+    logged = [r for r in rows if r.get("distill/kl")]
+    assert len(logged) == 2, rows
+    for row in logged:
+        values = [float(row[k]) for k in ("distill/kl", "distill/kl_k3", "distill/advantage_mean")]
+        assert all(math.isfinite(v) for v in values) and float(row["distill/kl_k3"]) > 0  # another teacher: KL > 0
+        assert 0 <= float(row["distill/argmax_agreement"]) <= 1

@@ -150,6 +150,80 @@ def test_async_runs_with_the_same_seed_and_staleness_are_identical(vllm_server, 
     assert first[0] != first[1]
 
 
+def test_pipeline_mode_keeps_requests_through_each_weight_sync(vllm_server, monkeypatch):
+    """rollout.mode=pipeline on the session's server: groups generated ahead are trained later (lag > 0);
+    every trained token is the one the server returned, with the log-prob it was sampled with and the
+    version vLLM labelled its step with (a sequence kept through a sync carries both versions); the
+    lag logged is exactly the trainer's step minus the oldest version a trained token carries."""
+    from grpo_lightning.rollout.pipeline import vllm_engine  # noqa: PLC0415
+
+    monkeypatch.setenv(SERVER_KEY_ENV, vllm_server.server.token)
+    returned: dict[tuple[int, ...], list[tuple[list[int], list[float]]]] = {}
+    parse = vllm_engine.parse_choice
+
+    def recorded(choice):
+        completion = parse(choice)
+        returned.setdefault(tuple(completion.token_ids), []).append(
+            (completion.token_weight_versions, completion.logprobs)
+        )
+        return completion
+
+    monkeypatch.setattr(vllm_engine, "parse_choice", recorded)
+    cfg = server_config(vllm_server.client.url, 3, "pipeline")
+    cfg.rollout.prompts_per_step, cfg.rollout.num_generations, cfg.algorithm.micro_batch_size = 2, 4, 8
+    cfg.rollout.max_new_tokens, cfg.rollout.pipeline.max_lag = 48, 2
+    run = build_run(cfg)
+    steps = []
+
+    class Record(L.Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            steps.append((trainer.global_step - 1, module.last_step.rollout))
+
+    run.trainer(cfg, callbacks=[*run.callbacks, Record()], enable_progress_bar=False, limit_val_batches=0).fit(
+        run.module, datamodule=run.datamodule
+    )
+    run.module.rollout.shutdown()
+    spans, lag_max = [], 0.0
+    for now, rollout in steps:
+        lags = []
+        for ids, mask, logp, versions in zip(
+            rollout.completion_ids,
+            rollout.completion_mask.bool(),
+            rollout.engine_logprobs,
+            rollout.token_weight_versions,
+            strict=True,
+        ):
+            ids, versions, logp = tuple(ids[mask].tolist()), versions[mask].tolist(), logp[mask].tolist()
+            assert (versions, pytest.approx(logp)) in returned[ids]  # what the server sampled, as it said
+            assert versions == sorted(versions) and 0 <= versions[0] and versions[-1] <= now
+            spans.append(len(set(versions)))
+            lags.append(now - versions[0])
+        assert rollout.timing["pipeline/lag_max"] == max(lags)
+        lag_max = max(lag_max, max(lags))
+    assert len(steps) == 3 and lag_max > 0  # groups generated ahead were trained later
+    assert rollout.timing["pipeline/versions_per_sequence"] >= 1
+    print(f"lag_max {lag_max}, sequences spanning > 1 version: {sum(s > 1 for s in spans)} of {len(spans)}")
+
+
+def test_the_throughput_benchmark_runs_pipeline_mode_on_a_server(vllm_server, monkeypatch, capsys, tmp_path):
+    """benchmarks/pipeline_throughput.py --engine vllm (its smoke: the session's server, one step), with
+    the engine's seconds adding up to the cycle's."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    monkeypatch.setenv("GRPO_BENCH_SERVER_KEY", vllm_server.server.token)
+    out = tmp_path / "pipeline.json"
+    args = ["--engine", "vllm", "--server-url", vllm_server.client.url, "--steps", "2", "--rounds", "1"]
+    args += ["--prompts", "2", "--generations", "2", "--max-new-tokens", "4", "--modes", "pipeline", "--max-lags", "1"]
+    monkeypatch.setattr("sys.argv", ["pipeline_throughput.py", *args, "--output-dir", str(tmp_path), "--out", str(out)])
+    import pipeline_throughput  # noqa: PLC0415  (benchmarks/)
+
+    pipeline_throughput.main()
+    result = json.loads(out.read_text())
+    pipeline = result["median"]["pipeline1"]
+    assert result["engine"] == "vllm" and pipeline["completions_per_s"] > 0
+    engine = pipeline["engine_busy_s"] + pipeline["engine_idle_s"] + pipeline["engine_sync_s"]
+    assert engine == pytest.approx(pipeline["cycle_s"], rel=0.05) and pipeline["engine_sync_s"] > 0
+
+
 def test_several_devices_need_a_server():
     cfg = make_config(2, **{"rollout.engine": "vllm", "trainer.devices": 2})
     with pytest.raises(

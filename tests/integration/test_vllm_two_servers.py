@@ -1,9 +1,13 @@
 """Two real vLLM servers behind one engine (rollout/vllm_server_pool.py): the session's shared
 server and one more launched here. Weights travel over the network to each, the canary is scored
-on each, both report the version, generations use both; a server killed before a sync is named
-and the other's version does not move."""
+on each, both report the version, generations use both; in pipeline mode a sync pauses both with
+their requests kept and resumes both; a server killed before a sync is named and the other's
+version does not move."""
 
 from __future__ import annotations
+
+import time
+from concurrent.futures import Future
 
 import pytest
 import torch
@@ -12,6 +16,7 @@ from test_vllm_server import perturbed_policy, requests
 from grpo_lightning.config import AlgorithmConfig, RolloutConfig, VLLMConfig, VLLMServerConfig
 from grpo_lightning.models import build_char_tokenizer, build_tiny_policy
 from grpo_lightning.rollout import Sampling, WeightSync
+from grpo_lightning.rollout.pipeline.vllm_engine import VLLMPipelineEngine
 from grpo_lightning.rollout.transports import NetworkTransport
 from grpo_lightning.rollout.vllm_server import VLLMServerEngine, VLLMServerError
 from grpo_lightning.rollout.vllm_server_pool import VLLMServerPool
@@ -48,6 +53,22 @@ def test_two_servers_get_every_sync_and_share_the_requests(vllm_server):
         assert len(completions) == 16 and {c.weight_version for c in completions} == {31}
         assert min(pool.balance.sent) >= 1
 
+        # rollout.mode=pipeline over both: a sync with requests kept (paused, pushed, resumed on each)
+        streaming, sent = VLLMPipelineEngine(pool), list(pool.balance.sent)
+        done: Future = Future()
+        long = Sampling.from_config(RolloutConfig(max_new_tokens=100))
+        streaming.submit(requests(tok, 0), long, done.set_result, done.set_exception)
+        time.sleep(0.3)  # requests in flight on both servers
+        with torch.no_grad():
+            next(module.policy.parameters()).add_(0.01)
+        streaming.load_weights(policy_weights(module.policy, 32).tensors, version=32)
+        kept = done.result(timeout=120)
+        assert len(kept) == 16 and all(c.token_weight_versions in (None, sorted(c.token_weight_versions)) for c in kept)
+        assert {v for c in kept for v in c.versions() or []} <= {31, 32}
+        assert [_version(m) for m in pool.members] == ["32", "32"] and pool.weight_version == 32
+        assert all(now > before for now, before in zip(pool.balance.sent, sent, strict=True))
+        assert not any(m.client.call("GET", "/is_paused", "test")["is_paused"] for m in pool.members)
+
         # The dead server's retry can only time out: a short timeout keeps the test short.
         second.transport.close()
         second.transport = NetworkTransport(timeout_s=5.0, bucket_mb=0.1)
@@ -56,9 +77,9 @@ def test_two_servers_get_every_sync_and_share_the_requests(vllm_server):
         with torch.no_grad():
             next(module.policy.parameters()).add_(0.01)
         with pytest.raises(VLLMServerError) as caught:
-            pool.load_weights(policy_weights(module.policy, 32).tensors, version=32)
+            pool.load_weights(policy_weights(module.policy, 33).tensors, version=33)
         assert second.client.url in str(caught.value) and "failed on 1 of 2 vLLM servers" in str(caught.value)
-        assert _version(vllm_server) == "31" and pool.weight_version == 31
+        assert _version(vllm_server) == "32" and pool.weight_version == 32
     finally:
         for member in pool.members:
             member.transport.close()

@@ -29,7 +29,7 @@ from grpo_lightning.models.lora import is_peft_model
 from grpo_lightning.models.sharding import is_sharded, through_root
 from grpo_lightning.models.vision.families import VisionFamily, family_of
 from grpo_lightning.models.vision.features import FeatureCache, embed_inputs
-from grpo_lightning.records import VarLen, VisionInputs
+from grpo_lightning.records import CapturedRows, VarLen, VisionInputs
 
 PROBE_TOLERANCE = 1e-4  # mean |packed - padded| in float32: summation order only (see models/forward.py)
 
@@ -64,7 +64,10 @@ class VisionLogProbs:
         entropy_grad: bool = False,
         truncation: Truncation | None = None,
         pack: bool = False,
+        capture: list[CapturedRows] | None = None,
     ) -> TokenLogProbs:
+        """``capture``, a list that gets the pass's :class:`CapturedRows` (a plain linear head only): the
+        final hidden states that predict a completion token, for a distillation divergence."""
         model = plain_model(model)
         family = family_of(model)
         pack = pack and not is_sharded(model)  # the probe would run outside the sharded root's forward
@@ -75,11 +78,15 @@ class VisionLogProbs:
         def forward(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> TokenLogProbs:
             embeds, positions = embed_inputs(model, family, input_ids, attention_mask, prompt_width, rows, self.cache)
             if pack and self.packing_verified and bool(attention_mask[:, prompt_width:].any()):
-                return self._packed(model, family, input_ids, attention_mask, prompt_width, embeds, positions, *args)
+                packed = (input_ids, attention_mask, prompt_width, embeds, positions)
+                return self._packed(model, family, *packed, *args, capture=capture)
             lm = family.language_model(model)
             hidden = lm(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=positions, use_cache=False)
-            targets = input_ids[:, prompt_width:]
-            return self._head(model, hidden.last_hidden_state[:, prompt_width - 1 : -1], targets, *args)
+            hidden = hidden.last_hidden_state[:, prompt_width - 1 : -1]
+            if capture is not None:
+                valid = attention_mask[:, prompt_width:].bool()
+                _capture(model, capture, hidden[valid], valid)
+            return self._head(model, hidden, input_ids[:, prompt_width:], *args)
 
         return through_root(model, forward, input_ids, attention_mask)  # FSDP2: the root unit gathered
 
@@ -104,6 +111,7 @@ class VisionLogProbs:
         embeds: torch.Tensor,
         positions: torch.Tensor,
         *args,
+        capture: list[CapturedRows] | None = None,
     ) -> TokenLogProbs:
         valid = attention_mask.bool()
         packed = pack_layout(VarLen.from_padded(input_ids, valid), valid[:, prompt_width:])
@@ -120,6 +128,8 @@ class VisionLogProbs:
             inputs_embeds=flat.view(rows, width, -1), position_ids=position_ids, attention_mask=None, use_cache=False
         ).last_hidden_state
         chosen = hidden.reshape(-1, hidden.shape[-1])[packed.source][None]
+        if capture is not None:
+            _capture(model, capture, chosen[0], packed.completion_valid)
         out = self._head(model, chosen, packed.targets[None], *args)
         return _scattered(out, packed)
 
@@ -153,6 +163,13 @@ class VisionLogProbs:
             stacklevel=3,
         )
         return False
+
+
+def _capture(model: nn.Module, capture: list[CapturedRows], rows: torch.Tensor, valid: torch.Tensor) -> None:
+    """The rows that predict a completion token, for a divergence; nothing without a plain linear head."""
+    head = model.get_output_embeddings()
+    if isinstance(head, nn.Linear) and not getattr(model.config, "final_logit_softcapping", None):
+        capture.append(CapturedRows(rows, valid, head))
 
 
 def _scattered(out: TokenLogProbs, packed: PackedMicroBatch) -> TokenLogProbs:

@@ -7,12 +7,14 @@ in one line before any model loads.
 from __future__ import annotations
 
 from grpo_lightning.config import TrainConfig, register_config_check
+from grpo_lightning.models.lora import lora_enabled
 from grpo_lightning.models.vision.loading import vision_model_type
 
 
 @register_config_check
 def pipeline_problems(cfg: TrainConfig) -> list[str]:
-    """Episodes, a vision-language policy and a sharded policy, refused with the reason."""
+    """Episodes, a vision-language policy, a sharded policy and LoRA adapters alone to a vLLM server, refused
+    with the reason."""
     if cfg.rollout.mode != "pipeline":
         return []
     problems = []
@@ -31,5 +33,12 @@ def pipeline_problems(cfg: TrainConfig) -> list[str]:
         problems.append(
             "rollout.mode=pipeline with trainer.strategy=fsdp: the HF engine generates from a whole copy of the "
             "weights beside the trainer's, and under fsdp each rank holds a shard; use trainer.strategy=ddp"
+        )
+    r = cfg.rollout
+    if r.engine == "vllm" and lora_enabled(cfg.model.lora) and r.vllm.sync.adapter == "auto":
+        problems.append(
+            "rollout.mode=pipeline with a vLLM server does not sync LoRA adapters alone (an adapter is chosen per "
+            "request, and a request kept through a sync would change adapters mid-sequence); set "
+            "rollout.vllm.sync.adapter=merged"
         )
     return problems

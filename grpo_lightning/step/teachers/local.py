@@ -5,7 +5,9 @@ Its pass is the reference pass's: the same micro-batches (or, for another prompt
 the same rows), packed, through the chunked head, no gradient, at the sampling temperature; its own
 :class:`CompletionLogProbs` (its own packing probe: a teacher of another architecture is verified on
 its own). On its own device if ``algorithm.teacher.device`` says so: the batches go there and the
-results come back.
+results come back. A vision-language teacher takes the micro-batches' images as the policy's passes
+do (the same pixels, positions from its prompt's ids; a prompt's features once per pass, shared by
+its G samples: docs/distillation.md).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from grpo_lightning.algorithm import MicroBatch
 from grpo_lightning.config.algorithm import logprob_chunk_mb
 from grpo_lightning.models.forward import CapturedRows, CompletionLogProbs
 from grpo_lightning.records import RolloutBatch, TokenLogProbs
+from grpo_lightning.records.vision import moved
 from grpo_lightning.step.teacher import TeacherScores, head_argmax, scatter_rows
 
 
@@ -63,7 +66,7 @@ class LocalTeacher:
                 capture: list[CapturedRows] = []
                 out = self.forward(
                     model, mb.input_ids, mb.attention_mask, mb.prompt_width, rollout.temperature,
-                    packed=lambda mb=mb: mb.packed, capture=capture,
+                    packed=lambda mb=mb: mb.packed, capture=capture, vision=mb.vision,
                 )  # fmt: skip
                 logp[mb.rows, : mb.num_cols] = out.logp.to(home)
                 finite[mb.rows, : mb.num_cols] = out.finite.to(home)
@@ -90,4 +93,5 @@ def _moved(mb: MicroBatch, device: torch.device) -> MicroBatch:
         attention_mask=mb.attention_mask.to(device),
         completion_mask=mb.completion_mask.to(device),
         engine_logprobs=engine,
+        vision=moved(mb.vision, device),
     )

@@ -10,7 +10,11 @@ import grpo_lightning.rollout.pipeline  # noqa: F401  (registers the pipeline's 
 from grpo_lightning.config import ConfigError, validate_config
 
 REFUSED = {
-    "vllm": ({"rollout.engine": "vllm"}, "rollout.mode=pipeline with rollout.engine=vllm is not built yet"),
+    "vllm": ({"rollout.engine": "vllm"}, "rollout.mode=pipeline with rollout.engine=vllm needs a vLLM server"),
+    "lora": (
+        {"rollout.engine": "vllm", "rollout.vllm.server.launch": True, "model.lora.rank": 4},
+        "does not sync LoRA adapters alone",
+    ),
     "loop": ({"rollout.hf_decoder": "loop"}, "rollout.hf_decoder=loop: sequences join and leave"),
     "lag": ({"rollout.pipeline.max_lag": 9}, "rollout.pipeline.max_lag=9 exceeds rollout.max_off_policy_steps=8"),
     "negative": ({"rollout.pipeline.max_in_flight": -1}, "rollout.pipeline.max_in_flight=-1 must be >= 0"),
@@ -30,6 +34,8 @@ def test_unserved_combinations_are_refused_in_one_line(case):
 
 def test_the_default_pipeline_config_is_valid_and_dynamic_sampling_is_allowed():
     validate_config(make_config(2, **{"rollout.mode": "pipeline", "rollout.dynamic_sampling": True}))
+    server = {"rollout.engine": "vllm", "rollout.vllm.server.launch": True}  # a vLLM server serves the mode
+    validate_config(make_config(2, **{"rollout.mode": "pipeline", **server}))
     with pytest.raises(ConfigError, match="dynamic_sampling=true needs rollout.mode=sync or pipeline"):
         validate_config(make_config(2, **{"rollout.mode": "async", "rollout.dynamic_sampling": True}))
 
