@@ -178,22 +178,29 @@ def median_or_none(values: list) -> float | None:
     return None if math.isinf(middle) else middle
 
 
-def table(runs: list[dict]) -> dict:
-    """Per method: the steps and training seconds to the threshold, per seed and their median."""
+def per_seed(runs: list[dict], key: str, names) -> dict:
+    """Per ``run[key]`` in ``names``: the steps and training seconds to the threshold, per seed and their
+    median, and the reward each run ended at."""
     out = {}
-    for method in METHODS:
-        mine = [r for r in runs if r["method"] == method]
+    for name in names:
+        mine = [r for r in runs if r[key] == name]
         if not mine:
             continue
         steps = [r["steps_to_threshold"] for r in mine]
         seconds = [r["train_seconds_to_threshold"] for r in mine]
-        out[method] = {
+        out[name] = {
             "steps": steps,
             "median_steps": median_or_none(steps),
             "train_seconds": seconds,
             "median_train_seconds": median_or_none(seconds),
             "reward_last_window": [r["reward_last_window"] for r in mine],
         }
+    return out
+
+
+def table(runs: list[dict]) -> dict:
+    """Per method: the steps and training seconds to the threshold, per seed and their median."""
+    out = per_seed(runs, "method", METHODS)
     grpo = out.get("grpo", {}).get("median_steps")
     for method in [m for m in METHODS if m.startswith("distill")]:
         if method in out:

@@ -252,11 +252,12 @@ def run_worker(command: list[str], timeout: float, what: str) -> None:
 # Every Lightning DDP scenario of the suite (tests/helpers/ddp_fit_worker.py) and its steps.
 DDP_SCENARIOS = {
     "healthy": 4,
+    "pipeline": 3,
     "fsdp": 4,
     "fsdp_lora": 3,
     "f2_fault": 3,
     "nan_one_rank": 4,
-    "f2_twin": 4,
+    "f2_twin": 3,
     "trl_rewards": 2,
     "vision_ddp": 3,
     "vision_fsdp": 3,

@@ -8,6 +8,8 @@ the seeds and prompts it used per step, its step count, the health alerts.
 
 Scenarios:
 - ``healthy``: the default run (each rank its own prompts, rank-derived seeds);
+- ``pipeline``: ``healthy`` with ``rollout.mode=pipeline`` (each rank's producer, max_lag 1): over its
+  steps it must train each group ``healthy`` trains in as many steps on that rank (prompt, seeds), once;
 - ``f2_fault``: every rank gets the same prompts AND seeds ignore the rank (the F2 bug);
 - ``f2_twin``: every rank gets the same prompts, seeds as designed (no fault);
 - ``nan_one_rank``: on rank 1 only, the advantages of the second step are NaN (a non-finite
@@ -89,13 +91,30 @@ class SharedPromptsDataModule(PromptDataModule):
         )
 
 
+def record_groups(generator) -> None:
+    """Have ``generator.assemble`` keep the groups of the batch it last made: [prompt, each sample's seed]."""
+    assemble = generator.assemble
+
+    def recording(records, requests, *args, **kwargs):
+        n = generator.num_generations
+        seeds = [r.seed for r in requests]
+        generator.assembled_groups = [[r["prompt"], *seeds[i * n : (i + 1) * n]] for i, r in enumerate(records)]
+        return assemble(records, requests, *args, **kwargs)
+
+    generator.assemble = recording
+
+
 class Recorder(L.Callback):
     def __init__(self):
         self.prompts: list[list[str]] = []
+        self.groups: list[list[list]] = []  # per step, each group trained: [prompt, its samples' seeds]
+        self.lag_max: list[float] = []  # per step, rollout.mode=pipeline's pipeline/lag_max
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         rollout = pl_module.last_step.rollout
         self.prompts.append(rollout.prompts[:: rollout.group_size])
+        self.groups.append(getattr(pl_module.rollout, "assembled_groups", []))
+        self.lag_max.append(rollout.timing.get("pipeline/lag_max", 0.0))
 
 
 def full(param: torch.Tensor) -> torch.Tensor:
@@ -137,6 +156,8 @@ def fit_scenario(scenario: str, out_dir: str, steps: int) -> None:
         cfg.algorithm.logprob_chunk_mb = 0.01  # several output-head chunks per micro-batch
     if scenario == "fsdp_lora":
         cfg.model.lora.rank = 8
+    if scenario == "pipeline":
+        cfg.rollout.mode, cfg.eval.before_training = "pipeline", False
     if scenario.startswith("vision"):
         cfg.model.name_or_path, cfg.model.freeze_vision = "tiny_vlm", "true"
         cfg.task = task_options("shapes", size=64)
@@ -156,6 +177,8 @@ def fit_scenario(scenario: str, out_dir: str, steps: int) -> None:
         run.datamodule = SharedPromptsDataModule(
             dm.train_records, dm.val_records, dm.prompts_per_step, dm.seed, dm.num_batches
         )
+    if scenario in ("healthy", "pipeline"):
+        record_groups(run.module.rollout)
     recorder = Recorder()
     frozen_at_start = float(sum(p.double().sum() for p in run.module.policy.parameters() if not p.requires_grad))
     overrides = {} if "fsdp" in scenario else {"strategy": "ddp"}
@@ -182,6 +205,8 @@ def fit_scenario(scenario: str, out_dir: str, steps: int) -> None:
         "global_step": trainer.global_step,
         "seeds": list(SEEDS_USED),
         "prompts": recorder.prompts,
+        "groups": recorder.groups,
+        "lag_max": recorder.lag_max,
         "alerts": [
             {"check": a.check, "failure": a.failure, "step": a.step, "text": a.text, "values": a.values}
             for a in run.health.alerts

@@ -16,6 +16,7 @@ import importlib
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -103,6 +104,7 @@ HELP_ONLY = {  # script -> an option its --help must list (what it needs that th
     "gpu_head": "--budgets-mb",  # a GPU
     "lora_sync": "--syncs",  # vLLM and SmolLM2 (its sync loop: below)
     "nccl_watchdog_check": "--timeout-s",  # a GPU and NCCL
+    "pipeline_learning": "--warm-steps",  # a warm start and 30 runs, an hour (its commands and stops: below)
     "network_other_user": "--start-timeout",  # root and a vLLM server
     "scale_out_runs": "--steps",  # two ranks and a vLLM server, minutes (its config: below)
     "sync_cost": "--bucket-mb",  # a launched vLLM server
@@ -376,6 +378,61 @@ def test_pipeline_throughput_runs_sync_and_pipeline_and_accounts_for_the_pipelin
     pipeline = median["pipeline1"]
     engine = pipeline["engine_busy_s"] + pipeline["engine_idle_s"] + pipeline["engine_sync_s"]
     assert engine == pytest.approx(pipeline["cycle_s"], rel=0.05) and pipeline["cycle_s"] <= pipeline["wall_s"]
+
+
+class FakeRun:
+    """A CLI run stand-in for pipeline_learning.run_all: its metrics.csv is all there at once; it runs until
+    it is sent SIGTERM, or ends at once when its rewards never cross (its budget spent)."""
+
+    def __init__(self, rewards: list[float], output_dir: Path, window: int, threshold: float):
+        folder = output_dir / "csv" / "version_0"
+        folder.mkdir(parents=True)
+        names = ["step", "reward/arithmetic_exact/mean", "reward/arithmetic_close/mean", "train/step_time"]
+        rows = [",".join(names)] + [f"{i},{r},{r},0.5" for i, r in enumerate(rewards)]
+        (folder / "metrics.csv").write_text("\n".join(rows) + "\n")
+        means = [sum(rewards[i - window + 1 : i + 1]) / window for i in range(window - 1, len(rewards))]
+        self.returncode = None if max(means) >= threshold else 0
+        self.signals = []
+
+    def poll(self):
+        return self.returncode
+
+    def send_signal(self, signum):
+        self.signals.append(signum)
+        self.returncode = 143
+
+
+def test_pipeline_learning_commands_compose_and_runs_stop_at_their_crossing(monkeypatch, tmp_path):
+    """The variants' overrides make a valid config (the pipeline's lag within its bound), and run_all stops
+    a run once the mean of its last rewards crosses 0.5, lets one that never does end, and reads both."""
+    learning = importlib.import_module("pipeline_learning")
+    warm = str(tmp_path / "warm")
+    tokenizer = build_char_tokenizer()
+    build_tiny_policy(tokenizer).save_pretrained(warm)
+    tokenizer.save_pretrained(warm)
+    # One composition (each is seconds): lag4_tis sets every key the other variants set.
+    cfg = compose([f"model.name_or_path={warm}", *learning.VARIANTS["lag4_tis"], "trainer.output_dir=o"])[0]
+    validate_config(cfg)
+    assert cfg.rollout.mode == "pipeline" and cfg.rollout.pipeline.max_lag == cfg.rollout.max_off_policy_steps == 4
+    assert cfg.algorithm.corrections == ["tis_token"] and cfg.model.name_or_path == warm
+    keys = {o.split("=")[0] for overrides in learning.VARIANTS.values() for o in overrides}
+    assert keys == {o.split("=")[0] for o in learning.VARIANTS["lag4_tis"]}
+    curves = {"sync": [0.4, 0.45, 0.5, 0.6, 0.7], "lag1": [0.4, 0.45, 0.5, 0.45, 0.5]}  # window 2: 4th step; never
+    runs = {}
+
+    def start(overrides, output_dir):
+        runs[output_dir.name] = FakeRun(curves[output_dir.name.split("_")[0]], output_dir, 2, learning.THRESHOLD)
+        return runs[output_dir.name], 0.0
+
+    monkeypatch.setattr(learning, "start", start)
+    monkeypatch.setattr(learning, "POLL_SECONDS", 0.0)
+    results = learning.run_all(tmp_path, [("sync", 0), ("lag1", 0)], warm, 5, 2, 2)
+    assert [r["steps_to_threshold"] for r in results] == [4, None]
+    assert runs["sync_seed0"].signals == [signal.SIGTERM] and runs["lag1_seed0"].signals == []
+    assert [r["stopped_at_crossing"] for r in results] == [True, False]
+    assert results[0]["train_seconds_to_threshold"] == 2.0
+    table = learning.table([*results, {**results[0], "seed": 1, "steps_to_threshold": 6}])
+    assert table["sync"]["median_steps"] == 5 and table["lag1"]["median_steps"] is None
 
 
 def test_pipeline_simulator_drives_the_real_loop_over_its_grid(run_main, tmp_path):

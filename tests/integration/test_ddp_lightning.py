@@ -35,6 +35,23 @@ def test_sampling_seeds_and_prompts_differ_per_rank(reports):
         assert not prompts[0] & prompts[1], f"step {step}: ranks share prompts {prompts[0] & prompts[1]}"
 
 
+def test_each_ranks_pipeline_producer_trains_the_groups_sync_gives_that_rank_each_once(reports):
+    """rollout.mode=pipeline on 2 ranks: over the run, each rank trains exactly the groups (prompt and
+    its samples' seeds) that sync mode trains on that rank, each once, whatever order they finished in."""
+    sync, pipeline = reports("healthy"), reports("pipeline")
+    trained = []
+    for rank in range(2):
+        assert pipeline[rank]["steps"] == pipeline[rank]["global_step"] == 3
+        groups = [tuple(g) for step in pipeline[rank]["groups"] for g in step]
+        expected = [tuple(g) for step in sync[rank]["groups"][:3] for g in step]  # sync's first 3 steps
+        assert len(expected) == 3 * 16 and len(set(expected)) == len(expected)  # the record is real
+        assert sorted(groups) == sorted(expected), f"rank {rank}: the pipeline trained other groups than sync"
+        trained.append(sorted(g[0] for g in groups))
+    assert trained[0] != trained[1], "the ranks' producers trained the same prompts"
+    assert pipeline[0]["weights_checksum"] == pipeline[1]["weights_checksum"]  # DDP kept the ranks in sync
+    assert max(max(r["lag_max"]) for r in pipeline) >= 1  # the producer ran ahead: groups trained a step late
+
+
 def test_f2_rank_independent_seeds_are_diagnosed(reports):
     f2_fault = reports("f2_fault")
     assert f2_fault[0]["seeds"] == f2_fault[1]["seeds"]  # the fault is really there
