@@ -106,9 +106,14 @@ def test_weight_copies_of_a_sigkilled_trainer_are_removed_at_the_next_start(tmp_
     assert list(tmp_path.iterdir()) == []  # and its own goes at close
 
 
-SERVER = """
-import os, signal, subprocess, sys, time
-import grpo_lightning.rollout.server_auth as server_auth
+# server_auth.py runs as a script, stdlib only (the launch runs ``python -P server_auth.py``): loaded
+# here by its path as well, not through grpo_lightning.rollout, whose imports (torch, transformers)
+# took most of the 30 s below on a loaded machine.
+SERVER = f"""
+import importlib.util, os, signal, subprocess, sys, time
+spec = importlib.util.spec_from_file_location("server_auth", {str(ROOT / "grpo_lightning" / "rollout" / "server_auth.py")!r})
+server_auth = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(server_auth)
 server_auth._watch_trainer(os.getppid(), grace_s=2.0)
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # like vLLM's EngineCore
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # like a server still starting
