@@ -57,6 +57,11 @@ class DistillWindowCheck(HealthCheck):
         """(the first window's mean, the latest window's mean) of ``key``."""
         return self._first[key], float(np.mean([v[key] for v in self._recent]))
 
+    def kl_drop(self) -> tuple[float, float, float]:
+        """The KL's first and latest window means, and the share of the first by which it fell."""
+        first, recent = self.means("kl")
+        return first, recent, (first - recent) / first if first > 0 else 0.0
+
     def measure(self, view: StepView) -> dict[str, float]:
         kl = view.result.metrics.get("distill/kl")
         if kl is None:  # no teacher: nothing to read (the same keys on every rank)
@@ -102,8 +107,7 @@ class DistillKLCheck(DistillWindowCheck):
         values = self.add(t, view)
         if values is None:
             return {}, None
-        first, recent = self.means("kl")
-        drop = (first - recent) / first if first > 0 else 0.0
+        first, recent, drop = self.kl_drop()
         metrics = {"kl_first": first, "kl_recent": recent, "kl_drop": drop}
         if drop >= self.cfg.min_drop:
             return metrics, None
@@ -159,8 +163,7 @@ class DistillRewardCheck(DistillWindowCheck):
         values = self.add(t, view)
         if values is None:
             return {}, None
-        (kl_first, kl_recent), (r_first, r_recent) = self.means("kl"), self.means("reward")
-        kl_drop = (kl_first - kl_recent) / kl_first if kl_first > 0 else 0.0
+        (kl_first, kl_recent, kl_drop), (r_first, r_recent) = self.kl_drop(), self.means("reward")
         metrics = {"reward_first": r_first, "reward_recent": r_recent}
         if kl_drop < self.cfg.min_kl_drop or r_first - r_recent < self.cfg.min_reward_drop:
             return metrics, None
