@@ -17,7 +17,6 @@ prompts x 8 samples x 16 tokens, lr 2e-5, cosine), a reasoning-gym dataset. Meas
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import re
@@ -30,7 +29,7 @@ from pathlib import Path
 from grpo_lightning.models.smollm2 import ensure_smollm2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from distill_tiny import cli, command_line, cpu_name
+from distill_tiny import cli, command_line, cpu_name, metric_rows
 
 TASK = ["+preset=smollm2_reasoning_gym", "task.dataset=products", "+task.dataset_options.max_digits=1"]
 PURE = ["task.rewards.reasoning_gym=0", "task.rewards.answer_format=0", "task.rewards.length_penalty=0"]
@@ -76,12 +75,6 @@ def teacher_accuracy(work: Path, system: str, prompts: int) -> dict:
     }
     record.write_text(json.dumps(result, indent=2))
     return result
-
-
-def metric_rows(output_dir: Path) -> list[dict]:
-    """The rows of a run's ``metrics.csv``, in order (none before the run has logged)."""
-    files = sorted(output_dir.glob("csv/version_*/metrics.csv"))
-    return list(csv.DictReader(open(files[-1]))) if files else []
 
 
 def val_accuracy(rows: list[dict]) -> list[tuple[int, float]]:

@@ -81,12 +81,15 @@ def command_line(overrides: list[str]) -> str:
     return "grpo-lightning " + " ".join(f"'{o}'" if " " in o else o for o in overrides)
 
 
+def metric_rows(output_dir: Path) -> list[dict]:
+    """The rows of a run's latest ``metrics.csv``, in order (none before the run has logged)."""
+    files = sorted(output_dir.glob("csv/version_*/metrics.csv"))
+    return list(csv.DictReader(open(files[-1]))) if files else []
+
+
 def read_steps(output_dir: Path) -> list[dict]:
     """Each training step's row of ``metrics.csv`` that has the reward (in step order)."""
-    files = sorted(output_dir.glob("csv/version_*/metrics.csv"))
-    if not files:
-        return []
-    rows = [r for r in csv.DictReader(open(files[-1])) if r.get(f"reward/{next(iter(WEIGHTS))}/mean")]
+    rows = [r for r in metric_rows(output_dir) if r.get(f"reward/{next(iter(WEIGHTS))}/mean")]
     return sorted(rows, key=lambda r: int(r["step"]))
 
 
