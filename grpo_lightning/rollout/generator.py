@@ -43,6 +43,19 @@ def engine_context(step: int, rank: int, what: str = "generation"):
         raise type(err)(f"{what} at rollout step {step} on rank {rank}: {err}") from err
 
 
+def once_per_prompt(requests: list[GenerationRequest], text: Callable[[GenerationRequest], str]) -> list[str]:
+    """``text`` of each request, computed once per prompt: a group's G requests share their prompt's ids
+    and images (the same objects, :meth:`RolloutGenerator.build_requests`)."""
+    done: dict[tuple[int, int], str] = {}
+    out = []
+    for r in requests:
+        key = (id(r.prompt_ids), id(r.vision))
+        if key not in done:
+            done[key] = text(r)
+        out.append(done[key])
+    return out
+
+
 class RolloutGenerator:
     """Generates and scores the completions of each training step (synchronously).
 
@@ -188,9 +201,9 @@ class RolloutGenerator:
         )
         if self.vision is not None:  # images shown (and identified) by their hashes in the prompt's text
             token = self.vision.image_token_id
-            prompts = [display_text(self.tokenizer, r.prompt_ids, r.vision, token) for r in requests]
+            prompts = once_per_prompt(requests, lambda r: display_text(self.tokenizer, r.prompt_ids, r.vision, token))
         elif prompts and not isinstance(prompts[0], str):  # chat messages: the batch keeps their text
-            prompts = [self.tokenizer.decode(r.prompt_ids) for r in requests]
+            prompts = once_per_prompt(requests, lambda r: self.tokenizer.decode(r.prompt_ids))
         num_tokens = int(completion_mask.sum())
         versions = [c.weight_version for c in completions if c.weight_version is not None]
         timing = {
