@@ -164,7 +164,10 @@ class RolloutGenerator:
         # Prompt indices first_prompt.. : the tail of the seeds of first_prompt + len(records) prompts.
         seeds = group_seeds(self.seed, rank, step, first_prompt + len(records), self.num_generations)
         seeds = seeds[first_prompt * self.num_generations :]
-        prompts = [self.prompt_inputs(record) for record in records]  # once per prompt, shared by its G requests
+        if self.vision is not None:  # once per prompt, shared by its G requests; new prompts in one processor call
+            prompts = self.vision.many(records)
+        else:
+            prompts = [self.prompt_inputs(record) for record in records]
         expanded = [prompt for prompt in prompts for _ in range(self.num_generations)]
         return [GenerationRequest(ids, seed, vision) for (ids, vision), seed in zip(expanded, seeds, strict=True)]
 
