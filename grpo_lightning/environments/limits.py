@@ -114,6 +114,12 @@ class EpisodeTaskConfig(TaskConfig):
 
     def check_fields(self, p: str) -> list[str]:
         problems = super().check_fields(p)
+        check(
+            problems,
+            self.group_column is None,
+            f"{p}group_column={self.group_column!r}: episode tasks report val/reward and val/success over all "
+            "their rows; set it to null",
+        )
         for registry, name in ((ENVIRONMENTS, self.environment), (REWARD_AGGREGATORS, self.reward_aggregator)):
             if (problem := registry.problem(name)) is not None:
                 problems.append(problem)
