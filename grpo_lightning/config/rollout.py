@@ -122,7 +122,8 @@ class VLLMSyncConfig(Schema):
     bucket_mb: float = option(64.0, "network: weights travel in buckets of at most this many MiB, one collective each.")
     adapter: str = option(
         "auto",
-        f"One of {SYNC_ADAPTER_MODES}: auto ships only the LoRA adapters when model.lora is set; merged never does.",
+        f"One of {SYNC_ADAPTER_MODES}: auto ships only the LoRA adapters when model.lora is set (a vision-language "
+        "policy's merged weights); merged never does.",
     )
 
     def check_fields(self, p: str) -> list[str]:
@@ -158,7 +159,9 @@ class VLLMConfig(Schema):
     )
     verify_tolerance: float = option(1e-3, "Largest allowed |engine - policy| log-prob difference of the canary.")
     images_per_prompt: int = option(
-        4, "A vision-language policy: the most images one prompt may carry (vLLM's limit_mm_per_prompt)."
+        4,
+        "A vision-language policy: the most images one prompt may carry (vLLM's limit_mm_per_prompt, in process or "
+        "on a launched server).",
     )
     sync: VLLMSyncConfig = option(
         VLLMSyncConfig(), "How weights reach the engine: transport, timeout, retries, adapters."
