@@ -150,6 +150,11 @@ class VLLMConfig(Schema):
     max_model_len: Optional[int] = option(
         None, "Longest prompt + completion the engine accepts; null takes the model's max_position_embeddings."
     )
+    max_num_batched_tokens: Optional[int] = option(
+        None,
+        "Tokens one engine step may take (null: vLLM's default; CPU: 4096 in process, 2048 on a server); on CPU "
+        "set it above a batch's prompt tokens: a prompt split across steps fails seeded sampling there.",
+    )
     dtype: str = option("float32", "Engine weights dtype: float32 matches the trainer's log-probs; bfloat16 is faster.")
     enforce_eager: bool = option(True, "Skip CUDA-graph / torch.compile capture: faster start, slower decode.")
     sync_every: int = option(1, "Push the policy's weights into the engine every this many optimizer steps.")
@@ -180,6 +185,11 @@ class VLLMConfig(Schema):
             f"{p}gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]",
         )
         check(problems, self.verify_tolerance > 0, f"{p}verify_tolerance={self.verify_tolerance} must be > 0")
+        check(
+            problems,
+            self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1,
+            f"{p}max_num_batched_tokens={self.max_num_batched_tokens} must be >= 1 or null",
+        )
         check(problems, self.images_per_prompt >= 1, f"{p}images_per_prompt={self.images_per_prompt} must be >= 1")
         return problems
 

@@ -139,6 +139,8 @@ class VLLMEngine:
             kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
         if s.max_model_len is not None:
             kwargs["max_model_len"] = s.max_model_len
+        if s.max_num_batched_tokens is not None:
+            kwargs["max_num_batched_tokens"] = s.max_num_batched_tokens
         if self.vision is not None:
             kwargs["limit_mm_per_prompt"] = {"image": s.images_per_prompt}
         from vllm import LLM  # noqa: PLC0415  (vllm: optional, the vllm extra)

@@ -85,6 +85,8 @@ def _command(model_dir: str, config: VLLMConfig, port: int, seed: int, lora=None
         command.append("--enforce-eager")
     if config.max_model_len is not None:
         command += ["--max-model-len", str(config.max_model_len)]
+    if config.max_num_batched_tokens is not None:
+        command += ["--max-num-batched-tokens", str(config.max_num_batched_tokens)]
     if lora is not None:  # adapter-only sync (rollout/lora_adapters.py)
         command += lora.server_args()
     if vision:  # a vision-language policy: images per prompt, as in process

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import random
 from importlib.metadata import distributions
 from pathlib import Path
@@ -16,10 +17,12 @@ from helpers.vision import load_folder
 from PIL import Image
 from safetensors import safe_open
 
+from grpo_lightning.config import VLLMConfig
 from grpo_lightning.models.vision import compat
 from grpo_lightning.records.vision import VisionInputs
 from grpo_lightning.rollout import vllm_vision
 from grpo_lightning.rollout.engine import EngineError, GenerationRequest
+from grpo_lightning.rollout.vllm_server_process import _command
 from grpo_lightning.rollout.vllm_vision import EngineVision, collapsed, engine_names, write_engine_weights
 from grpo_lightning.step.weight_push import policy_weights
 
@@ -111,3 +114,12 @@ def test_a_frozen_tower_is_pushed_with_the_first_sync_only(tiny_vlm_folders):
     assert not any(n.replace(".vision_model.", ".") in frozen for n in later)
     trained, _ = load_folder(tiny_vlm_folders["llava"], freeze_vision="false")
     assert len(policy_weights(trained, 1, whole=False).tensors) == len(first)
+
+
+def test_a_launched_vlm_server_takes_the_image_limit_and_the_token_budget():
+    config = VLLMConfig(images_per_prompt=3, max_num_batched_tokens=9000)
+    command = _command("/model", config, 8000, 0, vision=True)
+    assert json.loads(command[command.index("--limit-mm-per-prompt") + 1]) == {"image": 3}
+    assert command[command.index("--max-num-batched-tokens") + 1] == "9000"
+    plain = _command("/model", VLLMConfig(), 8000, 0)
+    assert "--limit-mm-per-prompt" not in plain and "--max-num-batched-tokens" not in plain
