@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_lightning.cli_errors import end_on_error, run_cli
 from grpo_lightning.config import TrainConfig, validate_config
-from grpo_lightning.config.compose import CONF_DIR, SCHEMA, finish, plan
+from grpo_lightning.config.compose import CONF_DIR, SCHEMA, finish, plan, run_dir_follows_output_dir
 from grpo_lightning.config.early import early_check
 from grpo_lightning.config_docs import cli_help
 from grpo_lightning.runtime import process_exit
@@ -151,7 +151,7 @@ def _plan_then_main() -> None:
     steps = plan(sys.argv[1:])
     _DEFERRED[:] = steps.deferred
     _EXPLICIT.update(steps.explicit)
-    sys.argv[1:] = steps.hydra
+    sys.argv[1:] = run_dir_follows_output_dir(steps.hydra)
     try:
         main()
     except HydraCallbackRefused as refused:  # the run folder's lock, refused before Hydra wrote anything there

@@ -267,6 +267,21 @@ def plan(overrides: list[str] | tuple[str, ...], load: bool = True, config_name:
     return result
 
 
+def run_dir_follows_output_dir(overrides: list[str]) -> list[str]:
+    """The CLI's overrides with ``hydra.run.dir`` set to a ``trainer.output_dir`` the command line
+    names (and no ``hydra.run.dir``): Hydra's ``.hydra/`` and ``train.log`` then land beside the
+    checkpoints instead of in a timestamped ``outputs/`` folder, which two runs started in the
+    same second would share (the second refused by the run lock)."""
+    named = {}
+    for text in overrides:
+        o = _parse(text)
+        if o is not None and o.type == OverrideType.CHANGE and not o.is_sweep_override():
+            named[o.key_or_group] = text.split("=", 1)[1]
+    if "trainer.output_dir" not in named or "hydra.run.dir" in named:
+        return list(overrides)
+    return [*overrides, f"hydra.run.dir={named['trainer.output_dir']}"]
+
+
 def store_schema() -> type[TrainConfig]:
     """Store the schema with a node per registered entry's options (``algorithm.sapo``,
     ``health.<check>``; config/nodes.py) for Hydra; run after the plug-ins are imported."""

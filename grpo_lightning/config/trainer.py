@@ -37,7 +37,9 @@ class TrainerConfig(Schema):
         True, "Linux: large CPU tensors on transparent huge pages (less peak memory); applied at run start."
     )
     log_every_n_steps: int = option(1, "Log metrics every n steps.")
-    output_dir: str = option("outputs", "Where logs and checkpoints go (the Hydra run folder under the CLI).")
+    output_dir: str = option(
+        "outputs", "Where logs and checkpoints go; under the CLI Hydra's run folder, which follows it when named."
+    )
     enable_checkpointing: bool = option(False, "Save a Lightning checkpoint at the end of training.")
     checkpoint_every_n_steps: int = option(
         0, "Write a resumable checkpoint to <output_dir>/checkpoints/ every n steps and at the last; 0 turns it off."

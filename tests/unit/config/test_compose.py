@@ -267,3 +267,25 @@ def test_a_bad_logprob_chunk_mb_is_refused_naming_the_field(bad):
     cfg.algorithm.logprob_chunk_mb = bad
     with pytest.raises(ConfigError, match=r"logprob_chunk_mb=.* must be auto or a number > 0"):
         validate_config(cfg)
+
+
+@pytest.mark.parametrize(
+    ("args", "run_dir"),
+    [
+        (["trainer.output_dir=/runs/a"], "/runs/a"),
+        (["output_dir=runs/b"], "runs/b"),  # TRL's name for it
+        (["trainer.output_dir=/runs/a", "hydra.run.dir=/elsewhere"], "/elsewhere"),  # the user's choice stays
+        ([], None),  # Hydra's timestamped folder, and trainer.output_dir follows it
+    ],
+)
+def test_the_cli_puts_hydra_files_in_the_output_dir_the_command_line_names(monkeypatch, args, run_dir):
+    """Two runs started in the same second with their own trainer.output_dir shared Hydra's
+    timestamped folder (its lock refused the second) and split .hydra/ and train.log from the run."""
+    import grpo_lightning.train as train  # noqa: PLC0415
+
+    seen = []
+    monkeypatch.setattr(train, "main", lambda: seen.append(list(sys.argv[1:])))
+    monkeypatch.setattr(sys, "argv", ["grpo-lightning", *args])
+    train._plan_then_main()
+    given = [a.split("=", 1)[1] for a in seen[0] if a.startswith("hydra.run.dir=")]
+    assert given == ([run_dir] if run_dir else [])
