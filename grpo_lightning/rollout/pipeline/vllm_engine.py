@@ -37,7 +37,8 @@ from grpo_lightning.records import Completion, PolicyWeights
 from grpo_lightning.rollout.engine import EngineError, GenerationRequest, Sampling
 from grpo_lightning.rollout.pipeline.engine import EngineClock
 from grpo_lightning.rollout.server_guard import VLLMServerError
-from grpo_lightning.rollout.vllm_server import GENERATE, SCALE_OUT_HINT, parse_choice, sampling_params
+from grpo_lightning.rollout.vllm_generate_route import GENERATE, SCALE_OUT_HINT, parse_choice
+from grpo_lightning.rollout.vllm_server import sampling_params
 from grpo_lightning.rollout.vllm_server_process import rank
 
 
