@@ -31,6 +31,7 @@ from grpo_lightning.environments.limits import EpisodeTaskConfig
 from grpo_lightning.environments.rollout import EpisodeRollout
 from grpo_lightning.environments.startup_checks import check_environment
 from grpo_lightning.evaluation.episodes import EpisodeEvaluator
+from grpo_lightning.evaluation.held_out import group_values
 from grpo_lightning.models import load_policy
 from grpo_lightning.models.allocator import apply_huge_pages, huge_pages_report, release_freed_memory
 from grpo_lightning.models.compile import compile_training_models
@@ -126,6 +127,7 @@ def build_datamodule(cfg: TrainConfig, records: tuple[list[dict], list[dict]] | 
     episodes = isinstance(cfg.task.promoted(), EpisodeTaskConfig)  # held-out episodes: val/reward, val/success
     if cfg.task.correctness_reward is None and not episodes:  # nothing defines "correct": no held-out evaluation
         val = []
+    group_values(val, cfg.task.group_column)  # a held-out row without the column stops here, before the model loads
     batches = -(-cfg.trainer.max_steps // cfg.algorithm.num_iterations)
     lookahead = cfg.rollout.max_staleness if cfg.rollout.mode == "async" else 0
     return PromptDataModule(
@@ -338,6 +340,9 @@ def build_run(
         eval_pass_k=cfg.eval.pass_k,
         auto_checkpointing=checkpointing_mode(cfg.model.gradient_checkpointing) == "auto",
     )
+    if module.evaluator is not None and cfg.task.group_column is not None:  # val/<value>/* per group
+        module.evaluator.group_column = cfg.task.group_column
+        module.evaluator.groups = group_values(datamodule.val_records, cfg.task.group_column)
     if rollout.episodes is not None:
         e = cfg.eval
         module.evaluator = EpisodeEvaluator(

@@ -119,10 +119,11 @@ def evaluate(cfg: TrainConfig) -> dict[str, float]:
     finally:  # the scratch folder holds only the run lock: nothing to keep
         shutil.rmtree(cfg.trainer.output_dir, ignore_errors=True)
     counts: dict[str, float] = {}
+    column = cfg.task.group_column  # its values' rows, as the sources'
     for record in run.datamodule.val_records:
-        source = record.get("data_source")
-        if source is not None:
-            counts[f"val/{source}/prompts"] = counts.get(f"val/{source}/prompts", 0) + 1
+        for name in (record.get("data_source"), str(record[column]) if column else None):
+            if name is not None:
+                counts[f"val/{name}/prompts"] = counts.get(f"val/{name}/prompts", 0) + 1
     return {**{k: float(v) for k, v in results[0].items()}, **counts, "val/prompts": len(run.datamodule.val_records)}
 
 

@@ -82,6 +82,11 @@ class TaskConfig(Schema):
     model_defaults: dict[str, Any] = option(
         {}, "Defaults this task brings per model: {model.name_or_path: {dotted.key: value}}, applied where not set."
     )
+    group_column: Optional[str] = option(
+        None,
+        "A column of the held-out records whose values each get their own val/<value>/ metrics (e.g. "
+        "question_type); null: none.",
+    )
 
     def promoted(self) -> TaskConfig:
         """These options as the named task's own options (:func:`task_options`: its class and

@@ -4,11 +4,13 @@ As TRL's GRPOTrainer: a prompt with images must be chat messages; where its mess
 ``{"type": "image"}`` part, one per image goes before the text of the first user message (TRL's
 ``prepare_multimodal_messages``). The processor renders the chat template, expands every image
 into its run of image tokens and makes the image tensors, once per distinct prompt: the G
-samples of a group share the result, and a prompt seen again reuses it.
+samples of a group share the result, and a prompt seen again reuses it. The new prompts of a step
+go through the processor in one call, split back per prompt (exactly what one call each makes).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import OrderedDict
 
@@ -72,27 +74,80 @@ class VisionPrompts:
         return messages
 
     def __call__(self, record: dict) -> tuple[list[int], VisionInputs | None]:
+        return self.many([record])[0]
+
+    def many(self, records: list[dict]) -> list[tuple[list[int], VisionInputs | None]]:
+        """``self(record)`` of each record; the prompts not seen before that carry images go through the
+        processor in one call (its per-call overhead paid once, the pictures resized together), the
+        same ids and tensors as one call each (tests/unit/data/test_images.py)."""
+        keys = [self._key(r) for r in records]
+        new: dict[tuple, tuple[str, list, list]] = {}
+        found: dict[tuple, tuple[list[int], VisionInputs | None]] = {}
+        for key, record in zip(keys, records, strict=True):
+            if key in self._done:
+                self._done.move_to_end(key)
+                found[key] = self._done[key]
+            elif key not in new:
+                new[key] = self._text(record)
+        batched = {k: v for k, v in new.items() if v[1]} if len(new) > 1 else {}
+        for key, (text, images, refs) in new.items():
+            if key not in batched:
+                out = self.processor(text=[text], images=images or None, return_tensors="pt", add_special_tokens=False)
+                found[key] = self._keep(key, images, refs, out["input_ids"][0].tolist(), _image_tensors(out))
+        if batched:
+            found.update(self._process_together(batched))
+        return [found[key] for key in keys]
+
+    def _key(self, record: dict) -> tuple:
+        return (_prompt_key(record["prompt"]), tuple(ref_key(r) for r in image_refs(record)))
+
+    def _text(self, record: dict) -> tuple[str, list, list]:
+        """The record's prompt rendered by the chat template, its images loaded, and their refs."""
         refs = image_refs(record)
-        key = (_prompt_key(record["prompt"]), tuple(ref_key(r) for r in refs))
-        if key in self._done:
-            self._done.move_to_end(key)
-            return self._done[key]
         images = [load_image(r) for r in refs]
         prompt = record["prompt"]
         if isinstance(prompt, str) and not images:  # a text-only row: one user message, as the text formatter
             prompt = [{"role": "user", "content": prompt}]
         messages = self.messages(prompt, len(images))
-        text = self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         # The template holds every special token: none added (as the text formatter tokenizes it).
-        out = self.processor(text=[text], images=images or None, return_tensors="pt", add_special_tokens=False)
-        ids = out["input_ids"][0].tolist()
+        return self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True), images, refs
+
+    def _process_together(self, batched: dict[tuple, tuple[str, list, list]]) -> dict[tuple, tuple]:
+        """One processor call for ``batched``'s prompts (each with images), split back per prompt; one call
+        each where the image tensors' layout is not one this splits (see :func:`_per_image_rows`)."""
+        texts = [text for text, _, _ in batched.values()]
+        images = [image for _, pictures, _ in batched.values() for image in pictures]
+        # The ids unpadded as lists (no pad token to strip, none to count as an image or video token).
+        out = self.processor(
+            text=texts, images=images, images_kwargs={"return_tensors": "pt"}, add_special_tokens=False
+        )
+        tensors, counts = _image_tensors(out), [len(pictures) for _, pictures, _ in batched.values()]
+        rows = _per_image_rows(tensors, len(images)) if len(tensors) == len(out.keys() - set(TEXT_KEYS)) else None
+        done = {}
+        if rows is None:
+            for key, (text, pictures, refs) in batched.items():
+                one = self.processor(text=[text], images=pictures, return_tensors="pt", add_special_tokens=False)
+                done[key] = self._keep(key, pictures, refs, one["input_ids"][0].tolist(), _image_tensors(one))
+            return done
+        first = 0
+        for index, (key, (_, pictures, refs)) in enumerate(batched.items()):
+            ids = list(out["input_ids"][index])
+            own = {}
+            for name, tensor in tensors.items():
+                starts = rows[name]
+                own[name] = tensor[starts[first] : starts[first + counts[index]]].clone()
+            done[key] = self._keep(key, pictures, refs, ids, own)
+            first += counts[index]
+        return done
+
+    def _keep(self, key: tuple, images: list, refs: list, ids: list[int], tensors: dict) -> tuple:
+        """The prompt's (ids, images), kept for the next time it comes (the oldest prompts dropped)."""
         vision = None
         if images:
-            hashes = [image_hash(i) for i in images]
             vision = VisionInputs(
-                key="|".join(hashes),
+                key="|".join(image_hash(i) for i in images),
                 refs=[ref_name(r, i) for r, i in zip(refs, images, strict=True)],
-                tensors={k: v for k, v in out.items() if k not in TEXT_KEYS and isinstance(v, torch.Tensor)},
+                tensors=tensors,
                 num_image_tokens=sum(1 for t in ids if t == self.image_token_id),
                 images=images,
             )
@@ -100,6 +155,25 @@ class VisionPrompts:
         while len(self._done) > self.max_prompts:
             self._done.popitem(last=False)
         return ids, vision
+
+
+def _image_tensors(out) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in out.items() if k not in TEXT_KEYS and isinstance(v, torch.Tensor)}
+
+
+def _per_image_rows(tensors: dict[str, torch.Tensor], images: int) -> dict[str, list[int]] | None:
+    """Where each image's rows start in each tensor of a batched processor call (and where the last ends):
+    one row per image, or Qwen2-VL's patches (``image_grid_thw``'s product per image) for ``pixel_values``;
+    None for any other layout."""
+    grid = tensors.get("image_grid_thw")
+    per_image = [1] * images
+    out = {}
+    for name, tensor in tensors.items():
+        sizes = grid.prod(dim=-1).tolist() if name == "pixel_values" and grid is not None else per_image
+        if tensor.dim() == 0 or tensor.shape[0] != sum(sizes):
+            return None
+        out[name] = [0, *itertools.accumulate(sizes)]
+    return out
 
 
 def display_text(tokenizer, ids: list[int], vision: VisionInputs | None, image_token_id: int) -> str:

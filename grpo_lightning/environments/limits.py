@@ -86,6 +86,11 @@ class EpisodeTaskConfig(TaskConfig):
         f"Seconds one environment reset/step/close may take (default {STEP_TIMEOUT_S:g}); then the episode fails, "
         "naming it. null: no limit (a hung step waits forever).",
     )
+    images_per_episode: int = option(
+        0,
+        "A vision-language policy: the most pictures the environment returns in one episode (reset and steps), "
+        "counted by the up-front memory estimate (capped at rollout.vllm.images_per_prompt); 0: none or unknown.",
+    )
     failed_reward: float = option(0.0, "Reward of a failed episode (env error, timeout) in its group's statistics.")
     reward_aggregator: str = option("sum", "How per-step environment rewards become one: a REWARD_AGGREGATORS name.")
     chat_template_override: Optional[str] = option(
@@ -109,12 +114,19 @@ class EpisodeTaskConfig(TaskConfig):
 
     def check_fields(self, p: str) -> list[str]:
         problems = super().check_fields(p)
+        check(
+            problems,
+            self.group_column is None,
+            f"{p}group_column={self.group_column!r}: episode tasks report val/reward and val/success over all "
+            "their rows; set it to null",
+        )
         for registry, name in ((ENVIRONMENTS, self.environment), (REWARD_AGGREGATORS, self.reward_aggregator)):
             if (problem := registry.problem(name)) is not None:
                 problems.append(problem)
         if self.tool_parser != AUTO and (problem := TOOL_PARSERS.problem(self.tool_parser, f"{p}tool_parser")):
             problems.append(problem)
         check(problems, self.max_turns >= 1, f"{p}max_turns={self.max_turns} must be >= 1")
+        check(problems, self.images_per_episode >= 0, f"{p}images_per_episode={self.images_per_episode} must be >= 0")
         total = self.max_total_tokens
         check(problems, total is None or total >= 2, f"{p}max_total_tokens={total} must be >= 2 (null = the context)")
         for name in ("episode_timeout_s", "step_timeout_s"):
@@ -149,6 +161,13 @@ def episode_problems(cfg: TrainConfig) -> list[str]:
         "(or null: the environment's info says success)",
     )
     check(problems, not cfg.rollout.dynamic_sampling, f"rollout.dynamic_sampling=true: {why}; set it false")
+    most = cfg.rollout.vllm.images_per_prompt
+    check(
+        problems,
+        task.images_per_episode <= most,
+        f"task.images_per_episode={task.images_per_episode} is more than rollout.vllm.images_per_prompt={most}, the "
+        f"most pictures an episode may hold; raise rollout.vllm.images_per_prompt to {task.images_per_episode}",
+    )
     check(
         problems,
         task.correctness_reward is None,

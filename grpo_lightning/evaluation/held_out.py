@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from grpo_lightning.errors import ConfigError
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rewards.columns import repeat_columns
 from grpo_lightning.rewards.routing import SOURCE_COLUMN, SourceRouter
@@ -30,7 +31,11 @@ _EVAL_STEP_OFFSET = -(1 << 40)  # eval seeds live apart from training steps (whi
 
 class Evaluator:
     """``evaluate(records)`` -> ``{"val/accuracy": ..., "val/pass@k": ..., "val/mean_length": ...}``, and
-    the same per source (``val/<source>/accuracy``, ...) for records with a ``data_source``."""
+    the same per source (``val/<source>/accuracy``, ...) for records with a ``data_source``, and per
+    value of ``group_column`` (``val/<value>/accuracy``: a question type, a difficulty).
+
+    ``groups``: every value of ``group_column`` among the held-out records; each batch reports each of
+    them (weight 0 where the batch has none), so every rank logs the same keys."""
 
     def __init__(
         self,
@@ -39,8 +44,13 @@ class Evaluator:
         max_new_tokens: int,
         pass_k: int = 0,
         seed: int = 0,
+        group_column: str | None = None,
+        groups: list[str] | None = None,
     ):
         self.rollout = rollout
+        self.group_column = group_column
+        self.groups = list(groups or [])
+        self.last_weights: dict[str, float] = {}  # metric -> prompts it averages (group metrics), for ValidationMeans
         # A mixed run's sources each judge their own rows (``correctness_reward`` is then source_correctness).
         if isinstance(rollout.scorer, SourceRouter):
             self.scorer = rollout.scorer.for_correctness()
@@ -86,7 +96,23 @@ class Evaluator:
         for source in dict.fromkeys(s for s in sources if s is not None):
             rows = torch.tensor([s == source for s in sources])
             metrics.update(self._metrics(f"val/{source}/", rows, greedy, length, sampled))
+        self.last_weights = {}
+        if self.group_column is not None:
+            values = [str(r[self.group_column]) for r in records]
+            for value in dict.fromkeys([*self.groups, *values]):
+                rows = torch.tensor([v == value for v in values])
+                count = int(rows.sum())
+                if count:
+                    group = self._metrics(f"val/{value}/", rows, greedy, length, sampled)
+                else:  # none in this batch: the keys, weighing nothing
+                    group = dict.fromkeys((f"val/{value}/{name}" for name in self._names(sampled)), 0.0)
+                metrics.update(group)
+                self.last_weights.update(dict.fromkeys(group, float(count)))
         return metrics
+
+    def _names(self, sampled) -> list[str]:
+        """The metrics :meth:`_metrics` gives, without their prefix."""
+        return ["accuracy", "score", "mean_length"] + ([f"pass@{self.pass_k}"] if sampled is not None else [])
 
     def _metrics(self, prefix: str, rows, greedy, lengths, sampled) -> dict[str, float]:
         """accuracy, score, mean_length and pass@k of the records ``rows`` selects."""
@@ -98,3 +124,17 @@ class Evaluator:
         if sampled is not None:
             metrics[f"{prefix}pass@{self.pass_k}"] = float((sampled[rows] >= CORRECT).any(dim=1).float().mean())
         return metrics
+
+
+def group_values(records: list[dict], column: str | None) -> list[str]:
+    """The values of ``column`` among the held-out ``records``, in order of first appearance; a record
+    without the column stops the run, naming the row (``task.group_column``)."""
+    if column is None:
+        return []
+    for i, record in enumerate(records):
+        if column not in record:
+            raise ConfigError(
+                f"task.group_column={column!r}: held-out row {i} has no column {column!r} (its columns: "
+                f"{', '.join(sorted(record))}); name one of them, or set task.group_column=null"
+            )
+    return list(dict.fromkeys(str(r[column]) for r in records))

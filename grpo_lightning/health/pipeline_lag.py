@@ -7,7 +7,8 @@ token lagged beyond ``rollout.max_off_policy_steps`` (``pipeline/dropped_groups`
 token by token). It alerts when the dropped share exceeds ``max_dropped_frac`` (the generation spent
 on them is lost) or the lagged tokens' gap exceeds ``max_lagged_logp_diff`` (their gradient is off
 policy by that much), naming ``rollout.pipeline.max_lag`` and ``algorithm.corrections``. Silent in
-the other modes (no pipeline metrics). The F1-F8 checks are unchanged; F8 still watches the whole gap.
+the other modes (no pipeline metrics). F8 watches the lag-0 tokens' gap here and leaves the lagged
+ones to this check.
 """
 
 from __future__ import annotations

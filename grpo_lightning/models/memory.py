@@ -8,7 +8,9 @@ sampling logits, the step's whole batch (its per-token tensors, the decoded text
 health checks read, the checks' per-sample arrays: linear in the batch, since no check compares
 samples pair by pair), and the activations and logits of the largest micro-batch; for a
 vision-language policy, its image tokens and the vision tower's activations for a micro-batch's
-prompts. It counts no text prompt tokens and no allocator overhead, so it errs low: a run it
+prompts, and for episodes the pictures their environment returns (``task.images_per_episode``, at
+most ``rollout.vllm.images_per_prompt``, the runner's limit): each episode's are its own, so the tower
+runs on them once per sequence, not once per prompt. It counts no text prompt tokens and no allocator overhead, so it errs low: a run it
 refuses cannot fit; ``trainer.memory_check=false`` skips it.
 """
 
@@ -108,14 +110,23 @@ def vision_shape(config) -> dict[str, int]:
     return {"vision_hidden": width, "vision_layers": layers, "patches_per_image": patches, "tokens_per_image": patches}
 
 
+def environment_images(cfg) -> int:
+    """Pictures an episode's environment returns at most: its task's ``images_per_episode`` (0 for a
+    single-turn task, or an environment that declares none), capped at ``rollout.vllm.images_per_prompt``
+    (the runner ends the run beyond it: environments/images.py)."""
+    declared = getattr(cfg.task.promoted(), "images_per_episode", 0) or 0
+    return min(int(declared), cfg.rollout.vllm.images_per_prompt)
+
+
 def step_bytes(cfg, shape: Shape, images_per_prompt: int = 0) -> dict[str, int]:
     """The estimate's parts in bytes, by what the user can change (``images_per_prompt``: the most a
-    prompt of the data carries)."""
+    prompt of the data carries; an environment's pictures are read from ``cfg``: :func:`environment_images`)."""
     r, a, t = cfg.rollout, cfg.algorithm, cfg.trainer
     batch = r.prompts_per_step * r.num_generations
     micro = a.micro_batch(batch)  # width unknown: auto at its fewest sequences, so the estimate errs low
-    # Text prompt tokens not counted (the estimate errs low); a prompt's image tokens are.
-    tokens = r.max_new_tokens + images_per_prompt * shape.tokens_per_image
+    episode_images = environment_images(cfg)
+    # Text prompt tokens not counted (the estimate errs low); a prompt's and an episode's image tokens are.
+    tokens = r.max_new_tokens + (images_per_prompt + episode_images) * shape.tokens_per_image
     w = shape.bytes_per_param
     lora = cfg.model.lora.rank > 0 or cfg.model.lora.config_file is not None
     trainable = 0 if lora else shape.params
@@ -138,9 +149,11 @@ def step_bytes(cfg, shape: Shape, images_per_prompt: int = 0) -> dict[str, int]:
         logits = min(logits, int(chunk_mb * (1 << 20)))
     activations = micro * tokens * shape.hidden * w * (shape.layers + _LAYER_WORK)
     parts[f"activations and logits of a {micro}-sequence micro-batch"] = activations + logits
-    if images_per_prompt and shape.vision_hidden:  # the tower runs once per distinct prompt of a micro-batch
+    if (images_per_prompt or episode_images) and shape.vision_hidden:
+        # The tower runs on a prompt's images once per distinct prompt of a micro-batch, on an episode's
+        # pictures once per sequence (each episode's are its own objects, even where they look alike).
         prompts = -(-micro // r.num_generations)
-        patches = prompts * images_per_prompt * shape.patches_per_image
+        patches = (prompts * images_per_prompt + micro * episode_images) * shape.patches_per_image
         parts["vision tower activations"] = patches * shape.vision_hidden * w * (shape.vision_layers + _LAYER_WORK)
     return parts
 

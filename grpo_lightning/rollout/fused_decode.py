@@ -192,6 +192,27 @@ class FusedWeights:
             layer_weights.refresh(layer)
 
 
+class SharedRows(NamedTuple):
+    """Rows of a batch that repeat one another (a group's G samples of one prompt): ``firsts`` [U] the first
+    row of each distinct one, ``inverse`` [B] each row's index among them."""
+
+    firsts: torch.Tensor
+    inverse: torch.Tensor
+
+
+def shared_rows(keys: list, device: torch.device | str = "cpu") -> SharedRows | None:
+    """The distinct entries of ``keys`` (one hashable per row: equal keys, equal rows) as indices on
+    ``device``, or None when every row is distinct (nothing to share)."""
+    index: dict = {}
+    inverse = [index.setdefault(key, len(index)) for key in keys]
+    if len(index) == len(keys):
+        return None
+    firsts = [0] * len(index)
+    for row in reversed(range(len(keys))):
+        firsts[inverse[row]] = row
+    return SharedRows(torch.tensor(firsts, device=device), torch.tensor(inverse, device=device))
+
+
 class FusedDecoder:
     """Prefills left-padded prompts, then decodes one token per call for every row.
 
@@ -288,12 +309,29 @@ class FusedDecoder:
         return self.prefill_embeddings(F.embedding(prompt_ids, self.weights.embedding))
 
     @torch.no_grad()
-    def prefill_embeddings(self, hidden: torch.Tensor) -> torch.Tensor:
-        """:meth:`prefill` from the prompts' input embeddings [B, P, hidden] (a VLM's, images in place)."""
+    def prefill_embeddings(self, hidden: torch.Tensor, shared: SharedRows | None = None) -> torch.Tensor:
+        """:meth:`prefill` from the prompts' input embeddings [B, P, hidden] (a VLM's, images in place);
+        with ``shared``, the embeddings of its distinct rows only [U, P, hidden]: each is run once, and its
+        keys, values and logits copied to the rows that repeat it (a group's G samples of one prompt)."""
         slots = slice(0, self.prefilled)
-        for index in range(len(self.weights.layers)):
-            hidden = self._layer(index, hidden, self.prompt_rotation, slots, self.prompt_bias)
-        return self._logits(hidden[:, -1])
+        if shared is None:
+            for index in range(len(self.weights.layers)):
+                hidden = self._layer(index, hidden, self.prompt_rotation, slots, self.prompt_bias)
+            return self._logits(hidden[:, -1])
+        firsts, every = shared.firsts, shared.inverse
+        rotation = self.prompt_rotation[firsts]
+        bias = self.prompt_bias.unflatten(0, (self.keys[0].shape[0], -1))[firsts].flatten(0, 1)
+        full = self.keys, self.values
+        self.keys = [k[firsts, :, : self.prefilled] for k in full[0]]  # the distinct rows' caches (copies)
+        self.values = [v[firsts, :, : self.prefilled] for v in full[1]]
+        try:
+            for index in range(len(self.weights.layers)):
+                hidden = self._layer(index, hidden, rotation, slots, bias)
+            for cache, distinct in zip((*full[0], *full[1]), (*self.keys, *self.values), strict=True):
+                cache[:, :, slots] = distinct.index_select(0, every)
+        finally:
+            self.keys, self.values = full
+        return self._logits(hidden[:, -1]).index_select(0, every)
 
     @torch.no_grad()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -43,6 +43,19 @@ def engine_context(step: int, rank: int, what: str = "generation"):
         raise type(err)(f"{what} at rollout step {step} on rank {rank}: {err}") from err
 
 
+def once_per_prompt(requests: list[GenerationRequest], text: Callable[[GenerationRequest], str]) -> list[str]:
+    """``text`` of each request, computed once per prompt: a group's G requests share their prompt's ids
+    and images (the same objects, :meth:`RolloutGenerator.build_requests`)."""
+    done: dict[tuple[int, int], str] = {}
+    out = []
+    for r in requests:
+        key = (id(r.prompt_ids), id(r.vision))
+        if key not in done:
+            done[key] = text(r)
+        out.append(done[key])
+    return out
+
+
 class RolloutGenerator:
     """Generates and scores the completions of each training step (synchronously).
 
@@ -151,7 +164,10 @@ class RolloutGenerator:
         # Prompt indices first_prompt.. : the tail of the seeds of first_prompt + len(records) prompts.
         seeds = group_seeds(self.seed, rank, step, first_prompt + len(records), self.num_generations)
         seeds = seeds[first_prompt * self.num_generations :]
-        prompts = [self.prompt_inputs(record) for record in records]  # once per prompt, shared by its G requests
+        if self.vision is not None:  # once per prompt, shared by its G requests; new prompts in one processor call
+            prompts = self.vision.many(records)
+        else:
+            prompts = [self.prompt_inputs(record) for record in records]
         expanded = [prompt for prompt in prompts for _ in range(self.num_generations)]
         return [GenerationRequest(ids, seed, vision) for (ids, vision), seed in zip(expanded, seeds, strict=True)]
 
@@ -188,9 +204,9 @@ class RolloutGenerator:
         )
         if self.vision is not None:  # images shown (and identified) by their hashes in the prompt's text
             token = self.vision.image_token_id
-            prompts = [display_text(self.tokenizer, r.prompt_ids, r.vision, token) for r in requests]
+            prompts = once_per_prompt(requests, lambda r: display_text(self.tokenizer, r.prompt_ids, r.vision, token))
         elif prompts and not isinstance(prompts[0], str):  # chat messages: the batch keeps their text
-            prompts = [self.tokenizer.decode(r.prompt_ids) for r in requests]
+            prompts = once_per_prompt(requests, lambda r: self.tokenizer.decode(r.prompt_ids))
         num_tokens = int(completion_mask.sum())
         versions = [c.weight_version for c in completions if c.weight_version is not None]
         timing = {

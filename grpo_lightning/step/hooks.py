@@ -53,7 +53,8 @@ class LifecycleHooks:
                 "to score held-out prompts; or turn validation off with Trainer(limit_val_batches=0)"
             )
         metrics = self.evaluator.evaluate(batch, step=self.global_step, rank=self.global_rank)
-        self.val_means.update(metrics, len(batch), self.device)
+        weights = getattr(self.evaluator, "last_weights", None)  # a group's metrics weigh its own prompts
+        self.val_means.update(metrics, len(batch), self.device, weights)
 
     def on_validation_epoch_end(self) -> None:
         """The ``val/*`` means over every rank's prompts (torchmetrics' sync), logged once, at the

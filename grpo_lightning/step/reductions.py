@@ -137,11 +137,16 @@ class ValidationMeans:
     def __init__(self):
         self.means: dict[str, MeanMetric] = {}
 
-    def update(self, metrics: dict[str, float], prompts: int, device: torch.device) -> None:
+    def update(
+        self, metrics: dict[str, float], prompts: int, device: torch.device, weights: dict[str, float] | None = None
+    ) -> None:
+        """``weights``: the prompts a metric averages where it is not ``prompts`` (a group's own)."""
+        weights = weights or {}
         with torch.inference_mode(False), torch.no_grad():
             for key, value in metrics.items():
                 mean = self.means.setdefault(key, MeanMetric())
-                mean.to(device).update(torch.tensor(value, dtype=torch.float32, device=device), weight=prompts)
+                weight = weights.get(key, prompts)
+                mean.to(device).update(torch.tensor(value, dtype=torch.float32, device=device), weight=weight)
 
     def compute(self) -> dict[str, float]:
         """Every key's mean over all ranks (a collective: every rank calls it), then reset."""

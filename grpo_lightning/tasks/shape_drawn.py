@@ -36,6 +36,7 @@ class ShapeDrawnTaskConfig(EpisodeTaskConfig):
     val_fraction: float = option(0.125, "Share of the games held out (played every eval.every_n_steps: val/*).")
     num_games: int = option(256, "Prompt records per epoch (each one game; the shape comes from the reset seed).")
     image_size: int = option(32, "Side in pixels of the picture the environment draws.")
+    images_per_episode: int = option(1, "Pictures per episode: the one shape drawn (the memory estimate counts it).")
 
     def check_fields(self, p: str) -> list[str]:
         problems = super().check_fields(p)

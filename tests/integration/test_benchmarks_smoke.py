@@ -435,6 +435,37 @@ def test_pipeline_learning_commands_compose_and_runs_stop_at_their_crossing(monk
     assert table["sync"]["median_steps"] == 5 and table["lag1"]["median_steps"] is None
 
 
+def test_vision_shapes_learning_reads_a_finished_run_per_question_type(run_main, tmp_path):
+    """Its command composes (task=shapes' defaults for the tiny VLM); a finished seed's folder is read, not
+    trained again: held-out accuracy per type at each evaluation, training accuracy per type per window."""
+    learning = importlib.import_module("vision_shapes_learning")
+    cfg = compose([*learning.overrides(3, 50, ["trainer.max_steps=7"]), "trainer.output_dir=o"])[0]
+    validate_config(cfg)
+    assert cfg.task.name == "shapes" and cfg.trainer.seed == 3 and cfg.eval.every_n_steps == 50
+    folder = tmp_path / "work" / "seed_3"
+    (folder / "hf" / "final").mkdir(parents=True)
+    (folder / "hf" / "final" / "config.json").write_text("{}")
+    (folder / "csv" / "version_0").mkdir(parents=True)
+    names = ["step", "reward/shapes_exact/mean", "reward/shapes_color", "reward/shapes_side", "train/step_time"]
+    names += ["val/accuracy", "val/color/accuracy", "val/side/accuracy"]
+    rows = [",".join(names), "0,,,,,0.1,0.2,0.0"] + [f"{i},{i / 4},{i / 4},0.5,1.0,,," for i in range(1, 5)]
+    rows.append("4,,,,,0.6,1.0,0.25")
+    (folder / "csv" / "version_0" / "metrics.csv").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "shapes.json"
+    printed = run_main(
+        "vision_shapes_learning", "--work", str(tmp_path / "work"), "--seeds", "3", "--window", "2", "--out", str(out)
+    )
+    assert "| 3 | 4 | 1.00 |  |  | 0.25 | 0.60 |" in printed, printed
+    seed = json.loads(out.read_text())["seeds"]["3"]
+    assert seed["held_out"] == [
+        {"step": 0, "all": 0.1, "color": 0.2, "side": 0.0},
+        {"step": 4, "all": 0.6, "color": 1.0, "side": 0.25},
+    ]
+    assert [w["steps"] for w in seed["training"]] == ["1-2", "3-4"]
+    assert seed["training"][1]["color"] == pytest.approx(0.875) and seed["training"][0]["side"] == 0.5
+    assert seed["steps"] == 4 and seed["train_seconds"] == 4.0 and seed["wall_seconds"] is None
+
+
 def test_pipeline_simulator_drives_the_real_loop_over_its_grid(run_main, tmp_path):
     out = tmp_path / "simulator.json"
     args = ["--engines", "1", "2", "--ranks", "1", "--lags", "0", "1", "--steps", "2", "--prompts", "2"]

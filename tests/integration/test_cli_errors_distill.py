@@ -52,7 +52,7 @@ def test_a_teacher_with_a_shorter_context(monkeypatch, tmp_path, capsys):
 
 
 def test_a_text_teacher_for_a_vision_language_student(monkeypatch, tmp_path, capsys):
-    extra = ("model=tiny_vlm", "task=shapes", "task.size=24")  # 24 pictures: the check comes after the data's
+    extra = ("model=tiny_vlm", "task=shapes", "task.size=24", "rollout.prompts_per_step=4")  # the check: after the data
     line = refused(monkeypatch, tmp_path, capsys, save_teacher(tmp_path / "t"), *extra)
     assert line.startswith("error: algorithm.teacher.path=") and "is a text-only model (llama)" in line
     assert "use a vision-language teacher of the student's family" in line

@@ -8,12 +8,15 @@ import json
 import math
 import random
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from helpers.vision import FAMILIES, random_image, save_tiny_vlm
 
 from grpo_lightning import train
+from grpo_lightning.config.task import task_options
+from grpo_lightning.tasks import task_records
 
 QUESTION = [{"role": "user", "content": "how many?"}]
 
@@ -103,3 +106,12 @@ def test_a_tiny_vlm_distills_from_a_vlm_teacher_folder_through_the_cli(tmp_path,
         values = [float(row[k]) for k in ("distill/kl", "distill/kl_k3", "distill/advantage_mean")]
         assert all(math.isfinite(v) for v in values) and float(row["distill/kl_k3"]) > 0  # another teacher: KL > 0
         assert 0 <= float(row["distill/argmax_agreement"]) <= 1
+    # task=shapes' group_column: each question type's held-out accuracy, weighing its own rows
+    _, held_out = task_records(task_options("shapes", size=16))
+    counts = Counter(r["question_type"] for r in held_out)
+    evaluated = [r for r in rows if r.get("val/accuracy")]
+    assert evaluated and counts, rows
+    for row in evaluated:
+        by_type = {t: float(row[f"val/{t}/accuracy"]) for t in counts}
+        mean = sum(by_type[t] * n for t, n in counts.items()) / sum(counts.values())
+        assert float(row["val/accuracy"]) == pytest.approx(mean, abs=1e-6), row

@@ -9,12 +9,14 @@ from conftest import fit, make_config
 
 import grpo_lightning.rollout.generator as rollout_module
 from grpo_lightning.config import task_options
+from grpo_lightning.config.effective import apply_model_defaults
 from grpo_lightning.rollout.seeding import group_seeds
 
 
 def vision_run_config(steps: int, prompts: int = 4):
     cfg = make_config(steps, **{"model.name_or_path": "tiny_vlm", "rollout.prompts_per_step": prompts})
     cfg.task = task_options("shapes", size=200)
+    apply_model_defaults(cfg, explicit={"rollout.prompts_per_step"})  # this batch, not task=shapes' 64
     return cfg
 
 

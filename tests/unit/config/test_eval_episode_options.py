@@ -26,6 +26,7 @@ def problems(*overrides: str) -> str:
         (("task=guess_number", "eval.pass_k=4"), "eval.greedy=false eval.samples_per_row=4 (val/pass@4)"),
         (("task=guess_number", "task.success_reward=nope"), "task.success_reward='nope' is not in task.rewards"),
         (("task=guess_number", "eval.samples_per_row=0"), "eval.samples_per_row=0 must be >= 1"),
+        (("task=guess_number", "task.group_column=kind"), "task.group_column='kind': episode tasks report"),
     ],
 )
 def test_misused_evaluation_options_are_refused_naming_the_fix(overrides, expected):

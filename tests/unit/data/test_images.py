@@ -8,7 +8,8 @@ import io
 import random
 
 import pytest
-from helpers.vision import random_image, random_records
+import torch
+from helpers.vision import FAMILIES, random_image, random_records
 from PIL import Image
 
 from grpo_lightning.config import ModelConfig
@@ -100,6 +101,41 @@ def test_a_prompts_identity_includes_its_images(prompts):
     hashes = TextHashes()(texts)
     assert hashes[0] != hashes[1] and hashes[0] == hashes[2]
     assert record_key(a) != record_key(b) and record_key(a) == record_key(dict(a))
+
+
+class CountedProcessor:
+    """A processor that counts its calls (everything else is the processor's own)."""
+
+    def __init__(self, processor):
+        self.processor, self.calls = processor, 0
+
+    def __getattr__(self, name):
+        return getattr(self.processor, name)
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.processor(*args, **kwargs)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_new_prompts_processed_in_one_call_equal_one_call_each(family, tiny_vlm_folders):
+    """A step's new prompts go through the processor together; each gets exactly the ids and tensors (pixels of
+    pictures of random sizes, Qwen2-VL's patches and grids) that a call of its own makes."""
+    tokenizer, _ = load_tokenizer(ModelConfig(name_or_path=tiny_vlm_folders[family]))
+    counted = CountedProcessor(processor_of(tokenizer))
+    together, alone = VisionPrompts(counted), VisionPrompts(processor_of(tokenizer))
+    records = random_records(random.Random(f"together-{family}"), 5)
+    together(records[0])  # seen before: from the cache
+    counted.calls = 0
+    got = together.many([*records, records[1]])  # a prompt twice (a repeated row): one processing
+    assert counted.calls == 1
+    assert got[5][1] is got[1][1] and got[0][1] is together(records[0])[1]
+    for (ids, vision), record in zip(got, [*records, records[1]], strict=True):
+        want_ids, want = alone(record)
+        assert ids == want_ids and vision.key == want.key and vision.refs == want.refs
+        assert vision.num_image_tokens == want.num_image_tokens and vision.tensors.keys() == want.tensors.keys()
+        for name, tensor in want.tensors.items():
+            assert torch.equal(vision.tensors[name], tensor), name
 
 
 def test_a_groups_samples_share_one_processing_of_their_prompt(prompts):

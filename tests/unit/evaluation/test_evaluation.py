@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import csv
+import random
 
 import pytest
+import torch
 
 from grpo_lightning.build import build_run, fit
 from grpo_lightning.config import RolloutConfig, TrainConfig
+from grpo_lightning.errors import ConfigError
 from grpo_lightning.evaluation import Evaluator
+from grpo_lightning.evaluation.held_out import group_values
 from grpo_lightning.models import build_char_tokenizer
 from grpo_lightning.rewards import RewardScorer
 from grpo_lightning.rollout import Completion, EngineBase, RolloutGenerator, Sampling
@@ -91,3 +95,42 @@ def test_fit_logs_validation_accuracy_before_during_and_after(tmp_path):
         assert 0.0 <= float(row["val/accuracy"]) <= 1.0
         assert 0.0 <= float(row["val/pass@2"]) <= 1.0
     assert len(run.module.evaluator.last_samples) == 10
+
+
+def test_each_value_of_the_group_column_gets_its_own_metrics():
+    """task.group_column: val/<value>/accuracy over that value's rows only (task=shapes: per question type)."""
+    records = [{**r, "kind": kind} for r, kind in zip(RECORDS, ["odd", "even", "even", "odd"], strict=True)]
+    evaluator, _ = make_evaluator(lambda answer, call, index: answer in ("3", "7", "4"))  # the last one wrong
+    evaluator.group_column, evaluator.groups = "kind", ["odd", "even", "never"]
+    metrics = evaluator.evaluate(records)
+    assert metrics["val/odd/accuracy"] == pytest.approx(0.5)
+    assert metrics["val/even/accuracy"] == 1.0
+    assert metrics["val/accuracy"] == pytest.approx(0.75)
+    # Every group's keys in every batch, each weighing its own rows (0 where the batch has none).
+    assert evaluator.last_weights["val/odd/accuracy"] == 2 and evaluator.last_weights["val/never/accuracy"] == 0
+
+
+def test_group_metrics_are_exact_means_over_batches_of_mixed_groups():
+    """A group's mean over batches weighs each batch by the group's rows in it, not by the batch's size."""
+    from grpo_lightning.step.reductions import ValidationMeans  # noqa: PLC0415
+
+    rng = random.Random(0)
+    evaluator, _ = make_evaluator(lambda answer, call, index: answer in ("3", "7"))
+    evaluator.group_column, evaluator.groups = "kind", ["a", "b"]
+    for _case in range(20):
+        records = [{**rng.choice(RECORDS), "kind": rng.choice("ab")} for _ in range(rng.randint(4, 12))]
+        means = ValidationMeans()
+        for start in range(0, len(records), 3):
+            batch = records[start : start + 3]
+            means.update(evaluator.evaluate(batch), len(batch), torch.device("cpu"), evaluator.last_weights)
+        got = means.compute()
+        for kind in "ab":
+            rows = [r["answer"] in ("3", "7") for r in records if r["kind"] == kind]
+            if rows:
+                assert got[f"val/{kind}/accuracy"] == pytest.approx(sum(rows) / len(rows), abs=1e-6)
+
+
+def test_a_held_out_row_without_the_group_column_is_named():
+    with pytest.raises(ConfigError, match=r"task.group_column='kind': held-out row 1 has no column 'kind'"):
+        group_values([{"prompt": "1+2=", "kind": "a"}, {"prompt": "3+4="}], "kind")
+    assert group_values([{"kind": 2}, {"kind": 1}, {"kind": 2}], "kind") == ["2", "1"]

@@ -45,3 +45,25 @@ def test_the_lagged_tokens_gap_alerts_and_names_the_corrections():
 def test_silent_outside_pipeline_mode():
     check = PipelineLagCheck(PipelineLagConfig(window=2))
     assert all(f is None and m == {} for m, f in run(check, [view(pipeline=False, dropped=9)] * 3))
+
+
+def test_f8_leaves_lagged_tokens_to_this_check_in_pipeline_mode():
+    """Lagged tokens far off (lag-0 ones clean): F8 names staleness for async, stays quiet for a pipeline
+    (pipeline_lag judges that gap with its own threshold, naming max_lag): one alert, not two."""
+    from grpo_lightning.algorithm.mismatch import GROUPS  # noqa: PLC0415
+    from grpo_lightning.health.mismatch import SUM_KEYS, MismatchCheck, MismatchCheckConfig  # noqa: PLC0415
+
+    t = {f"{g}_{k}": 0.0 for g in GROUPS for k in SUM_KEYS}
+    t.update(lag0_tokens=100.0, lag0_w=100.0, lag0_w2=100.0)  # lag 0: the trainer's log-probs exactly
+    t.update(lagged_tokens=100.0, lagged_abs_dlogp=50.0, lagged_k1=-50.0, lagged_w=160.0, lagged_w2=400.0)
+    t.update(lagged_neg=10.0, lagged_pos=90.0, seen_tokens=0.0, fresh_tokens=0.0)
+    for pipelined in (False, True):
+        check = MismatchCheck(MismatchCheckConfig())
+        rollout = SimpleNamespace(timing={"pipeline/lag_max": 2.0} if pipelined else {}, weight_version=None)
+        metrics, finding = check.evaluate(dict(t), SimpleNamespace(rollout=rollout))
+        assert metrics["lagged_abs_logp_diff"] == 0.5
+        if pipelined:
+            assert finding is None
+        else:
+            assert finding is not None and "lagged samples" in finding.evidence and check.cause == "staleness"
+            assert "algorithm.corrections=[tis_token]" in check.diagnosis(None)[1]

@@ -11,7 +11,7 @@ import torch
 from helpers.vision import FAMILIES, load_folder, random_records
 from transformers import AutoProcessor
 
-from grpo_lightning.config import ModelConfig, TrainConfig
+from grpo_lightning.config import ConfigError, ModelConfig, TrainConfig, validate_config
 from grpo_lightning.config.model import LoraModelConfig, TinyVlmConfig
 from grpo_lightning.data.vision_prompting import VisionPrompts
 from grpo_lightning.models import load_policy
@@ -21,6 +21,7 @@ from grpo_lightning.models.vision import family_of
 from grpo_lightning.models.vision.compat import torchvision_installed
 from grpo_lightning.models.vision.processor import processor_of
 from grpo_lightning.runtime.export import export_hf
+from grpo_lightning.tasks.shape_drawn import ShapeDrawnTaskConfig
 
 
 def vision_parameters(policy) -> list[tuple[str, torch.nn.Parameter]]:
@@ -106,3 +107,26 @@ def test_the_memory_estimate_grows_with_the_images_of_a_prompt():
     assert "vision tower activations" in step_bytes(cfg, shape, 1) and "vision tower activations" not in step_bytes(
         cfg, shape, 0
     )
+
+
+def test_the_memory_estimate_counts_an_environments_pictures():
+    """task=shape_drawn's picture arrives in the environment's reply, not in the data: its image tokens and
+    the tower's activations are counted all the same, the tower's once per episode (each episode's pictures
+    are its own), and no more pictures than the runner lets an episode hold."""
+    cfg = TrainConfig()
+    cfg.model = ModelConfig(name_or_path="tiny_vlm")
+    cfg.rollout.num_generations, cfg.algorithm.micro_batch_size = 4, 8
+    shape = model_shape(cfg.model)
+    data = step_bytes(cfg, shape, images_per_prompt=1)  # one image per prompt in the data
+    cfg.task = ShapeDrawnTaskConfig()  # its rows carry no image; its environment returns one per episode
+    parts = step_bytes(cfg, shape)
+    assert parts["vision tower activations"] == 4 * data["vision tower activations"]  # 8 episodes, 2 prompts
+    micro = "activations and logits of a 8-sequence micro-batch"
+    assert parts[micro] == data[micro]  # one picture's image tokens in every sequence
+    sizes = {}
+    for images in (4, 9):
+        cfg.task.images_per_episode = images
+        sizes[images] = step_bytes(cfg, shape)
+    assert sizes[4] == sizes[9] and sizes[4]["vision tower activations"] == 4 * parts["vision tower activations"]
+    with pytest.raises(ConfigError, match=r"task.images_per_episode=9 is more than rollout.vllm.images_per_prompt=4"):
+        validate_config(cfg)

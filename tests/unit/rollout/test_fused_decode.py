@@ -14,7 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralFo
 
 from grpo_lightning.config import RolloutConfig
 from grpo_lightning.rollout import GenerationRequest, HFEngine, Sampling, fused_decode
-from grpo_lightning.rollout.fused_decode import FusedDecoder, fused_decode_support
+from grpo_lightning.rollout.fused_decode import FusedDecoder, fused_decode_support, shared_rows
 from grpo_lightning.rollout.hf import _ForwardDecoder
 
 ARCHITECTURES = {
@@ -73,11 +73,18 @@ def test_fused_prefill_and_steps_equal_the_models_forward(case):
     name, model = random_model(rng)
     assert fused_decode_support(model, 64) is None, name
     ids, mask = left_padded_prompts(rng, model.config.vocab_size, rng.randint(1, 7))
+    # Rows repeating one another (a group's samples of one prompt): each distinct one prefilled once.
+    rows = [rng.randrange(len(ids)) for _ in range(rng.randint(1, 9))] if case % 2 else list(range(len(ids)))
+    ids, mask, shared = ids[rows], mask[rows], shared_rows(rows)
     steps = rng.randint(1, 8)
     fused, forward = FusedDecoder(model, mask, steps), _ForwardDecoder(model, mask)
     with torch.no_grad():
-        got, want = fused.prefill(ids), forward.prefill(ids)
-        assert (got - want).abs().max() <= 1e-5, (name, "prefill")
+        if shared is None:
+            got = fused.prefill(ids)
+        else:
+            got = fused.prefill_embeddings(model.get_input_embeddings()(ids[shared.firsts]), shared)
+        want = forward.prefill(ids)
+        assert (got - want).abs().max() <= 1e-5, (name, "prefill", shared)
         for step in range(steps):
             tokens = torch.tensor([rng.randrange(model.config.vocab_size) for _ in range(ids.shape[0])])
             got, want = fused.step(tokens), forward.step(tokens)
