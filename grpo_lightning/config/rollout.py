@@ -122,7 +122,8 @@ class VLLMSyncConfig(Schema):
     bucket_mb: float = option(64.0, "network: weights travel in buckets of at most this many MiB, one collective each.")
     adapter: str = option(
         "auto",
-        f"One of {SYNC_ADAPTER_MODES}: auto ships only the LoRA adapters when model.lora is set; merged never does.",
+        f"One of {SYNC_ADAPTER_MODES}: auto ships only the LoRA adapters when model.lora is set (a vision-language "
+        "policy's merged weights); merged never does.",
     )
 
     def check_fields(self, p: str) -> list[str]:
@@ -149,6 +150,11 @@ class VLLMConfig(Schema):
     max_model_len: Optional[int] = option(
         None, "Longest prompt + completion the engine accepts; null takes the model's max_position_embeddings."
     )
+    max_num_batched_tokens: Optional[int] = option(
+        None,
+        "Tokens one vLLM step takes (null: vLLM's CPU default, 4096 in process, 2048 on a server); on CPU keep it "
+        "above a batch's prompt tokens.",
+    )
     dtype: str = option("float32", "Engine weights dtype: float32 matches the trainer's log-probs; bfloat16 is faster.")
     enforce_eager: bool = option(True, "Skip CUDA-graph / torch.compile capture: faster start, slower decode.")
     sync_every: int = option(1, "Push the policy's weights into the engine every this many optimizer steps.")
@@ -158,7 +164,9 @@ class VLLMConfig(Schema):
     )
     verify_tolerance: float = option(1e-3, "Largest allowed |engine - policy| log-prob difference of the canary.")
     images_per_prompt: int = option(
-        4, "A vision-language policy: the most images one prompt may carry (vLLM's limit_mm_per_prompt)."
+        4,
+        "A vision-language policy: the most images one prompt may carry (vLLM's limit_mm_per_prompt, in process or "
+        "on a launched server).",
     )
     sync: VLLMSyncConfig = option(
         VLLMSyncConfig(), "How weights reach the engine: transport, timeout, retries, adapters."
@@ -177,6 +185,11 @@ class VLLMConfig(Schema):
             f"{p}gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]",
         )
         check(problems, self.verify_tolerance > 0, f"{p}verify_tolerance={self.verify_tolerance} must be > 0")
+        check(
+            problems,
+            self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1,
+            f"{p}max_num_batched_tokens={self.max_num_batched_tokens} must be >= 1 or null",
+        )
         check(problems, self.images_per_prompt >= 1, f"{p}images_per_prompt={self.images_per_prompt} must be >= 1")
         return problems
 

@@ -139,6 +139,8 @@ class VLLMEngine:
             kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
         if s.max_model_len is not None:
             kwargs["max_model_len"] = s.max_model_len
+        if s.max_num_batched_tokens is not None:
+            kwargs["max_num_batched_tokens"] = s.max_num_batched_tokens
         if self.vision is not None:
             kwargs["limit_mm_per_prompt"] = {"image": s.images_per_prompt}
         from vllm import LLM  # noqa: PLC0415  (vllm: optional, the vllm extra)
@@ -317,11 +319,13 @@ class VLLMEngine:
 def vllm_engine(policy, tokenizer, cfg: TrainConfig) -> RolloutEngine:
     """vLLM on the policy's weights: in this process (or its own), or a server's client when
     ``rollout.vllm.server`` names one (``launch`` or ``url``)."""
-    if EngineVision.of(policy) is not None:  # a vision-language policy: the in-process engine only (for now)
+    vision = EngineVision.of(policy) is not None
+    if vision:  # a vision-language policy: what vLLM cannot do with one here is refused (vllm_vision.py)
         refuse_unsupported(policy.config.model_type, cfg.rollout)
     if cfg.rollout.uses_server:
         lora = None
-        if cfg.rollout.vllm.sync.adapter == "auto" and is_peft_model(policy):  # adapter-only sync
+        # Adapter-only sync; a VLM's merged weights (its adapters' names are not mapped to vLLM's).
+        if cfg.rollout.vllm.sync.adapter == "auto" and is_peft_model(policy) and not vision:
             slots = (cfg.rollout.max_staleness if cfg.rollout.mode == "async" else 0) + 1
             lora = LoraServing(adapter_rank(policy), max(slots, 2))
         server = cfg.rollout.vllm.server

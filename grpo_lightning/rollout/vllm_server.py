@@ -36,6 +36,12 @@ server (:mod:`grpo_lightning.rollout.vllm_server_client`) (and, from the generat
 
 Each completion carries the weight version that produced it: the version in force when the
 engine's worker thread ran its generation (``rollout/weight_version_lag``).
+
+**Images** (a vision-language policy): a prompt with images goes token in, token out to
+``/inference/v1/generate`` with its images as content parts, and the server's expansion of them
+must give the trainer's prompt ids (:mod:`grpo_lightning.rollout.vllm_vision`); text prompts go to
+``/v1/completions`` as above. A launched server gets the policy's weights under vLLM's names and its
+processor; every sync also resets the server's encoder cache.
 """
 
 from __future__ import annotations
@@ -57,8 +63,10 @@ from grpo_lightning.rollout.server_guard import VLLMServerError
 from grpo_lightning.rollout.sync_watchdog import SyncAttempt
 from grpo_lightning.rollout.temp_folders import owned_temp_dir
 from grpo_lightning.rollout.transports import make_transport
+from grpo_lightning.rollout.vllm_generate_route import GENERATE, SCALE_OUT_HINT, parse_choice
 from grpo_lightning.rollout.vllm_server_client import ServerClient
 from grpo_lightning.rollout.vllm_server_process import SERVED_NAME, VLLMServer, base_url, launch_shared, rank
+from grpo_lightning.rollout.vllm_vision import EngineVision, checked_prompt
 from grpo_lightning.rollout.weight_sync import WeightSyncError
 
 _RPC_HINT = " (a server started by hand needs VLLM_SERVER_DEV_MODE=1 for /collective_rpc)"
@@ -140,8 +148,11 @@ class VLLMServerEngine(QueuedGeneration):
         token: str | None = None,
         transport: str | None = None,
         lora: LoraServing | None = None,
+        vision: EngineVision | None = None,
     ):
+        """``vision``: a vision-language policy's (its prompts' images go with them, vllm_vision.py)."""
         self.config = config  # rollout.vllm; its server group says how to reach and wait for the server
+        self.vision = vision
         s = config.server
         self.server = server
         self.eos_token_id = eos_token_id
@@ -175,15 +186,16 @@ class VLLMServerEngine(QueuedGeneration):
         server, port, token = None, None, server_guard.api_key_from_env(s.api_key_env)
         if s.launch:
             server, port, token = launch_shared(policy, tokenizer, config, seed, lora)
-        return cls.connect(config, base_url(s, port), tokenizer.eos_token_id, server, token, lora)
+        vision = EngineVision.of(policy)
+        return cls.connect(config, base_url(s, port), tokenizer.eos_token_id, server, token, lora, vision)
 
     @classmethod
     def connect(
-        cls, config: VLLMConfig, url: str, eos_token_id, server=None, token=None, lora=None
+        cls, config: VLLMConfig, url: str, eos_token_id, server=None, token=None, lora=None, vision=None
     ) -> VLLMServerEngine:
         """An engine on the server at ``url`` once it is up (a launched one must prove it is ours);
         ``server``: the one this rank launched there, stopped with the engine."""
-        engine = cls(config, url, eos_token_id, server, token=token, lora=lora)
+        engine = cls(config, url, eos_token_id, server, token=token, lora=lora, vision=vision)
         try:
             engine.start_seconds = engine._wait_until_up()
             if config.server.launch:
@@ -204,12 +216,30 @@ class VLLMServerEngine(QueuedGeneration):
 
     # ------------------------------------------------------------------ generation
     def _one(self, request: GenerationRequest, sampling: Sampling) -> Completion:
+        if request.vision is not None and request.vision.num_images:
+            return self._one_with_images(request, sampling)
         body = {"model": self.client.model, "prompt": list(request.prompt_ids), "return_token_ids": True}
         body.update(sampling_params(sampling, request.seed))
         choice = self.client.call("POST", "/v1/completions", "a generation request", json=body)["choices"][0]
         tokens = list(choice["token_ids"])
         logprobs = [float(x) for x in choice["logprobs"]["token_logprobs"]]
         return Completion(token_ids=tokens, finished=choice["finish_reason"] == "stop", logprobs=logprobs)
+
+    def _one_with_images(self, request: GenerationRequest, sampling: Sampling) -> Completion:
+        """A prompt with images: token in, token out on ``/inference/v1/generate``, the images as content
+        parts; the prompt ids the server expanded must be the trainer's (vllm_vision.py)."""
+        if self.vision is None:
+            raise EngineError("a prompt with images reached the vLLM server engine of a text policy")
+        body = {
+            "model": self.client.model,
+            **self.vision.server_prompt(request),
+            "sampling_params": sampling_params(sampling, request.seed),
+            "return_token_ids": True,  # the prompt ids after the server's expansion of the images
+        }
+        answer = self.client.call("POST", GENERATE, "a generation request with images", hint=SCALE_OUT_HINT, json=body)
+        completion = parse_choice(answer["choices"][0])
+        completion.token_weight_versions = None  # one version per generation here, as for text prompts
+        return checked_prompt(request, answer.get("prompt_token_ids") or [], completion)
 
     # ------------------------------------------------------------------ scoring
     def sequence_logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
@@ -278,6 +308,8 @@ class VLLMServerEngine(QueuedGeneration):
             self.client.model = self._adapters.load(self.client, self.transport, weights, self)
         try:
             self.client.call("POST", "/reset_prefix_cache", "the prefix-cache reset")
+            if self.vision is not None:  # image embeddings are cached by image: made by the old tower
+                self.client.call("POST", "/reset_encoder_cache", "the encoder-cache reset", hint=_RPC_HINT)
             if check is not None:
                 check(self)
             sync.check_not_cancelled()  # a push that outlived its deadline commits nothing

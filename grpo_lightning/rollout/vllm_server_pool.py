@@ -32,6 +32,7 @@ from grpo_lightning.rollout.lora_adapters import LoraServing
 from grpo_lightning.rollout.server_guard import VLLMServerError
 from grpo_lightning.rollout.vllm_server import QueuedGeneration, VLLMServerEngine
 from grpo_lightning.rollout.vllm_server_process import base_url, launch_shared, rank
+from grpo_lightning.rollout.vllm_vision import EngineVision
 from grpo_lightning.rollout.weight_sync import WeightSyncError
 
 _Sent = namedtuple("_Sent", "last_bytes")  # what WeightSync reads of engine.transport
@@ -110,10 +111,13 @@ class VLLMServerPool(QueuedGeneration):
             token = server_guard.api_key_from_env(s.api_key_env)
             targets = [(url.rstrip("/"), None, token) for url in s.urls]
         members: list[VLLMServerEngine] = []
+        vision = EngineVision.of(policy)
         try:
             for i, (url, server, token) in enumerate(targets):
                 member = member_config(config, i, len(targets))
-                members.append(VLLMServerEngine.connect(member, url, tokenizer.eos_token_id, server, token, lora))
+                members.append(
+                    VLLMServerEngine.connect(member, url, tokenizer.eos_token_id, server, token, lora, vision)
+                )
         except BaseException:
             for m in members:
                 m.close()

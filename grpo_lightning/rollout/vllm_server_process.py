@@ -11,6 +11,7 @@ only requests carrying a random per-run token, given to it in the environment, n
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from grpo_lightning.models.adapter_sync import base_state
 from grpo_lightning.models.lora import save_merged
 from grpo_lightning.rollout.server_guard import VLLMServerError
 from grpo_lightning.rollout.temp_folders import holds_socket_names, owned_temp_dir
+from grpo_lightning.rollout.vllm_vision import is_vision_policy, server_plugin_env, write_engine_weights
 
 SERVED_NAME = "policy"  # --served-model-name of a launched server
 
@@ -53,7 +55,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         pass
 
 
-def _command(model_dir: str, config: VLLMConfig, port: int, seed: int, lora=None) -> list[str]:
+def _command(model_dir: str, config: VLLMConfig, port: int, seed: int, lora=None, vision: bool = False) -> list[str]:
     s = config.server
     command = [
         sys.executable,
@@ -83,8 +85,12 @@ def _command(model_dir: str, config: VLLMConfig, port: int, seed: int, lora=None
         command.append("--enforce-eager")
     if config.max_model_len is not None:
         command += ["--max-model-len", str(config.max_model_len)]
+    if config.max_num_batched_tokens is not None:
+        command += ["--max-num-batched-tokens", str(config.max_num_batched_tokens)]
     if lora is not None:  # adapter-only sync (rollout/lora_adapters.py)
         command += lora.server_args()
+    if vision:  # a vision-language policy: images per prompt, as in process
+        command += ["--limit-mm-per-prompt", json.dumps({"image": config.images_per_prompt})]
     return command
 
 
@@ -114,14 +120,21 @@ class VLLMServer:
         self._model_dir = owned_temp_dir("vllm-server-model")
         # A LoRA policy: its merged weights, or its base weights when the server takes its adapters.
         save_merged(policy, self._model_dir.name, tokenizer, state=base_state(policy) if lora is not None else None)
+        vision = is_vision_policy(policy)
+        if vision:  # its weights under the names vLLM's loader takes; its processor is saved beside them
+            write_engine_weights(policy, self._model_dir.name)
         self.log_path = Path(self._model_dir.name) / "server.log"
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", server_auth.TOKEN_ENV: self.token}
         env.update(_server_temp_env(Path(self._model_dir.name)))
         if lora is not None:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        if vision:  # each of its processes prepares vLLM for the family without torchvision (vllm_vision.py)
+            plugin = Path(self._model_dir.name) / "plugin"
+            plugin.mkdir()
+            env.update(server_plugin_env(plugin))
         self._log = open(self.log_path, "w")
         self.process = subprocess.Popen(
-            _command(self._model_dir.name, config, self.port, seed, lora),
+            _command(self._model_dir.name, config, self.port, seed, lora, vision),
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=env,

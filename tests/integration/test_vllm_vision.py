@@ -4,7 +4,8 @@ multimodal data and come back expanded as the trainer's processor expands them (
 and the engine's log-probs of its samples are the trainer's at both steps, the second after a sync that
 changed the trained tower (the same images again: vLLM's encoder cache must have been reset). The
 Qwen2-VL family cannot run on vLLM without torchvision (vLLM 0.32 processes its images with
-transformers' video processor): refused in one line before any model loads."""
+transformers' video processor): refused in one line before any model loads, with a server too. A VLM on a
+vLLM server: test_vllm_server_vision.py."""
 
 from __future__ import annotations
 
@@ -66,18 +67,26 @@ def test_the_qwen2_vl_family_on_vllm_is_refused_before_any_model_loads(tiny_vlm_
 
     monkeypatch.setattr(build, "load_policy", no_model)
     monkeypatch.setattr(vision_loading, "load_vision_policy", no_model)
-    for model in (f"model.name_or_path={tiny_vlm_folders['qwen2_vl']}", "model=tiny_vlm"):
-        extra = ("model.tiny_vlm.family=qwen2_vl",) if model == "model=tiny_vlm" else ()
-        code, err, seconds = run_cli(monkeypatch, tmp_path, capsys, ("rollout=vllm", model, *extra, "task=shapes"))
+    cases = (
+        (f"model.name_or_path={tiny_vlm_folders['qwen2_vl']}",),
+        ("model=tiny_vlm", "model.tiny_vlm.family=qwen2_vl"),
+        (f"model.name_or_path={tiny_vlm_folders['qwen2_vl']}", "rollout.vllm.server.launch=true"),  # no server starts
+    )
+    for model in cases:
+        code, err, seconds = run_cli(monkeypatch, tmp_path, capsys, ("rollout=vllm", *model, "task=shapes"))
         assert_one_clear_line(code, err, seconds, ("rollout.engine=vllm", "qwen2_vl", "torchvision"), tmp_path / "run")
 
 
-def test_a_vlm_on_a_vllm_server_or_async_is_refused_in_one_line(tiny_vlm_folders, monkeypatch, tmp_path, capsys):
-    """The server's completions API takes token ids only: no path for the images yet (docs/vision.md)."""
-    for where in ("rollout.vllm.server.launch=true", "rollout.vllm.in_process=false"):
+def test_a_vlm_in_a_vllm_engine_process_or_pipeline_mode_is_refused_in_one_line(monkeypatch, tmp_path, capsys):
+    """Images reach the in-process engine and a server (test_vllm_server_vision.py), no separate engine process,
+    and a server in rollout.mode=sync only (docs/vision.md)."""
+    cases = {
+        "rollout.vllm.in_process=false": ("rollout.vllm.in_process=false", "rollout.vllm.server.launch=true"),
+        "rollout.mode=pipeline": ("rollout.mode=pipeline", "vision-language", "rollout.mode=sync"),
+    }
+    for where, said in cases.items():
+        extra = ("rollout.vllm.server.launch=true",) if where == "rollout.mode=pipeline" else ()
         code, err, seconds = run_cli(
-            monkeypatch, tmp_path, capsys, ("rollout=vllm", "model=tiny_vlm", where, "task=shapes")
+            monkeypatch, tmp_path, capsys, ("rollout=vllm", "model=tiny_vlm", where, *extra, "task=shapes")
         )
-        assert_one_clear_line(
-            code, err, seconds, ("in-process vLLM engine only", "rollout.engine=hf"), tmp_path / "run"
-        )
+        assert_one_clear_line(code, err, seconds, said, tmp_path / "run")

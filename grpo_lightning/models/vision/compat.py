@@ -9,7 +9,13 @@ two places this project needs, each patched here only when torchvision is missin
    processor needs torchvision. Such processors are made images-only (no video processor).
 2. vLLM's model files import small helpers (``smart_resize``, pixtral's ``_num_image_tokens``)
    from transformers' torchvision-backed image-processing modules; their PIL twins define the
-   same helpers. Those module names are aliased to the twins.
+   same helpers. Those module names are aliased to the twins, and the families' vLLM classes are
+   registered in the process that starts vLLM (:func:`register_vllm_classes`): vLLM would inspect
+   them in a fresh interpreter, without the aliases.
+
+A launched vLLM server's processes (its API server, engine core and worker, spawned afresh) call
+:func:`serve_vision` through a vLLM plugin that loads this file by its path (it imports only the
+standard library at module level): :func:`grpo_lightning.rollout.vllm_vision.server_plugin_env`.
 
 What it costs is in docs/vision.md: the PIL processors are slower than the torchvision ones,
 and there are no videos.
@@ -28,6 +34,8 @@ VIDEO_PROCESSORS = (
 )
 # transformers.models.<name>.image_processing_<name>, imported by vLLM's model files for helpers.
 ALIASED_MODULES = ("qwen2_vl", "pixtral")
+# architecture -> vLLM module (vllm.model_executor.models.<module>) of the families vLLM runs here.
+VLLM_CLASSES = {"LlavaForConditionalGeneration": "llava"}
 
 _done = {"applied": False}
 
@@ -72,3 +80,22 @@ def apply() -> None:
         without_video(getattr(importlib.import_module(f"transformers.models.{module}"), name))
     alias_pil_modules()
     _done["applied"] = True
+
+
+def register_vllm_classes() -> None:
+    """Register the families' vLLM classes in this process (after :func:`apply`): vLLM would otherwise
+    inspect them in a fresh interpreter, where the aliases are missing."""
+    from vllm import ModelRegistry  # noqa: PLC0415 - vLLM loads only with rollout.engine=vllm
+
+    for arch, module in VLLM_CLASSES.items():
+        ModelRegistry.register_model(
+            arch, getattr(importlib.import_module(f"vllm.model_executor.models.{module}"), arch)
+        )
+
+
+def serve_vision() -> None:
+    """What a vLLM server's process needs to serve a vision-language policy here (nothing with torchvision)."""
+    if torchvision_installed():
+        return
+    apply()
+    register_vllm_classes()

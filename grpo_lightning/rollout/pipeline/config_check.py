@@ -26,8 +26,9 @@ def pipeline_problems(cfg: TrainConfig) -> list[str]:
         )
     if vision_model_type(cfg.model) is not None:
         problems.append(
-            "rollout.mode=pipeline with a vision-language policy: the pipeline's HF engine decodes text prompts "
-            "only (its rows join and leave between tokens without the image encoder); use rollout.mode=sync"
+            "rollout.mode=pipeline with a vision-language policy: the pipeline decodes text prompts only (the HF "
+            "engine's rows join and leave between tokens without the image encoder; a vLLM server's streamed "
+            "requests carry no images); use rollout.mode=sync"
         )
     if cfg.trainer.strategy == "fsdp":
         problems.append(

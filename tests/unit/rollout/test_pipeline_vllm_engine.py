@@ -12,8 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from grpo_lightning.rollout.engine import GenerationRequest, Sampling
-from grpo_lightning.rollout.pipeline.vllm_engine import VLLMPipelineEngine, parse_choice, token_versions
+from grpo_lightning.rollout.pipeline.vllm_engine import VLLMPipelineEngine
 from grpo_lightning.rollout.server_guard import VLLMServerError
+from grpo_lightning.rollout.vllm_generate_route import parse_choice, token_versions
 
 
 @pytest.mark.parametrize("seed", range(20))
