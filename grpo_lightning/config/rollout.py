@@ -152,8 +152,8 @@ class VLLMConfig(Schema):
     )
     max_num_batched_tokens: Optional[int] = option(
         None,
-        "Tokens one vLLM step takes (null: vLLM's CPU default, 4096 in process, 2048 on a server); on CPU keep it "
-        "above a batch's prompt tokens.",
+        "Tokens one vLLM step takes; null: on a CPU the larger of 4096 and the context (a prompt is never split "
+        "there), on a GPU vLLM's default.",
     )
     dtype: str = option("float32", "Engine weights dtype: float32 matches the trainer's log-probs; bfloat16 is faster.")
     enforce_eager: bool = option(True, "Skip CUDA-graph / torch.compile capture: faster start, slower decode.")

@@ -53,6 +53,7 @@ from grpo_lightning.rollout.pipeline.vllm_engine import VLLMPipelineEngine
 from grpo_lightning.rollout.side_effects import preserved_process_state
 from grpo_lightning.rollout.temp_folders import owned_socket_dir, owned_temp_dir
 from grpo_lightning.rollout.transports import TRANSPORTS
+from grpo_lightning.rollout.vllm_cpu_steps import cpu_step_tokens
 from grpo_lightning.rollout.vllm_server import VLLMServerEngine
 from grpo_lightning.rollout.vllm_server_pool import VLLMServerPool
 from grpo_lightning.rollout.vllm_vision import (
@@ -139,7 +140,12 @@ class VLLMEngine:
             kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
         if s.max_model_len is not None:
             kwargs["max_model_len"] = s.max_model_len
-        if s.max_num_batched_tokens is not None:
+        if _is_cpu_platform():  # never a prefill split across steps: vllm_cpu_steps.py says why
+            kwargs["enable_chunked_prefill"] = False
+            kwargs["max_num_batched_tokens"] = cpu_step_tokens(
+                self.model_dir, s.max_model_len, s.max_num_batched_tokens
+            )
+        elif s.max_num_batched_tokens is not None:
             kwargs["max_num_batched_tokens"] = s.max_num_batched_tokens
         if self.vision is not None:
             kwargs["limit_mm_per_prompt"] = {"image": s.images_per_prompt}

@@ -30,6 +30,7 @@ from grpo_lightning.models.adapter_sync import base_state
 from grpo_lightning.models.lora import save_merged
 from grpo_lightning.rollout.server_guard import VLLMServerError
 from grpo_lightning.rollout.temp_folders import holds_socket_names, owned_temp_dir
+from grpo_lightning.rollout.vllm_cpu_steps import cpu_step_tokens
 from grpo_lightning.rollout.vllm_vision import is_vision_policy, server_plugin_env, write_engine_weights
 
 SERVED_NAME = "policy"  # --served-model-name of a launched server
@@ -55,7 +56,10 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         pass
 
 
-def _command(model_dir: str, config: VLLMConfig, port: int, seed: int, lora=None, vision: bool = False) -> list[str]:
+def _command(
+    model_dir: str, config: VLLMConfig, port: int, seed: int, lora=None, vision: bool = False, cpu: bool = False
+) -> list[str]:
+    """The server's command line; ``cpu``: it will run on this machine's CPU (no CUDA device here)."""
     s = config.server
     command = [
         sys.executable,
@@ -85,7 +89,10 @@ def _command(model_dir: str, config: VLLMConfig, port: int, seed: int, lora=None
         command.append("--enforce-eager")
     if config.max_model_len is not None:
         command += ["--max-model-len", str(config.max_model_len)]
-    if config.max_num_batched_tokens is not None:
+    if cpu:  # never a prefill split across steps: vllm_cpu_steps.py says why
+        steps = cpu_step_tokens(model_dir, config.max_model_len, config.max_num_batched_tokens)
+        command += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(steps)]
+    elif config.max_num_batched_tokens is not None:
         command += ["--max-num-batched-tokens", str(config.max_num_batched_tokens)]
     if lora is not None:  # adapter-only sync (rollout/lora_adapters.py)
         command += lora.server_args()
@@ -134,7 +141,7 @@ class VLLMServer:
             env.update(server_plugin_env(plugin))
         self._log = open(self.log_path, "w")
         self.process = subprocess.Popen(
-            _command(self._model_dir.name, config, self.port, seed, lora, vision),
+            _command(self._model_dir.name, config, self.port, seed, lora, vision, cpu=not torch.cuda.is_available()),
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=env,

@@ -6,7 +6,8 @@ Dropped: Lightning's litlogger tip, its notes on settings we chose on purpose (`
 ``val_check_interval``, callbacks from ``configure_callbacks``, TPU/HPU availability), torch's
 ``LeafSpec`` deprecation (raised inside Lightning, nothing for the user to change), the CSV
 logger's "will be deleted" warning on resume (it appends), transformers' weight-loading bars,
-vLLM's rotary-embedding notes and any vLLM warning repeated word for word. Health alerts, errors
+vLLM's rotary-embedding notes, its doubt about chunked prefill turned off (on a CPU, on purpose)
+and any vLLM warning repeated word for word. Health alerts, errors
 and every other warning stay.
 
 Under Hydra (the root logger has handlers) Lightning's own stderr handlers are removed and its
@@ -32,6 +33,9 @@ NOISE = (
     r"^(TPU|HPU|IPU) available",
     r"RotaryEmbedding",
     r"Custom op \S+ was not registered",
+    # Chunked prefill is off on a CPU on purpose (rollout/vllm_cpu_steps.py); F8 checks the engine's
+    # log-probs against the trainer's every step, which is what this warning asks to doubt.
+    r"does not officially support disabling chunked prefill",
 )
 _NOISE = re.compile("|".join(NOISE))
 # Client libraries that log every HTTP request at INFO (one line per request to a vLLM server).

@@ -18,10 +18,12 @@ from PIL import Image
 from safetensors import safe_open
 
 from grpo_lightning.config import VLLMConfig
+from grpo_lightning.errors import ConfigError
 from grpo_lightning.models.vision import compat
 from grpo_lightning.records.vision import VisionInputs
 from grpo_lightning.rollout import vllm_vision
 from grpo_lightning.rollout.engine import EngineError, GenerationRequest
+from grpo_lightning.rollout.vllm_cpu_steps import cpu_step_tokens
 from grpo_lightning.rollout.vllm_server_process import _command
 from grpo_lightning.rollout.vllm_vision import EngineVision, collapsed, engine_names, write_engine_weights
 from grpo_lightning.step.weight_push import policy_weights
@@ -116,10 +118,24 @@ def test_a_frozen_tower_is_pushed_with_the_first_sync_only(tiny_vlm_folders):
     assert len(policy_weights(trained, 1, whole=False).tensors) == len(first)
 
 
-def test_a_launched_vlm_server_takes_the_image_limit_and_the_token_budget():
+def test_a_launched_vlm_server_takes_the_image_limit_and_the_token_budget(tmp_path):
     config = VLLMConfig(images_per_prompt=3, max_num_batched_tokens=9000)
     command = _command("/model", config, 8000, 0, vision=True)
     assert json.loads(command[command.index("--limit-mm-per-prompt") + 1]) == {"image": 3}
     assert command[command.index("--max-num-batched-tokens") + 1] == "9000"
+    assert "--no-enable-chunked-prefill" not in command  # a GPU keeps vLLM's chunked prefill
     plain = _command("/model", VLLMConfig(), 8000, 0)
     assert "--limit-mm-per-prompt" not in plain and "--max-num-batched-tokens" not in plain
+    # On a CPU: never a prompt split across steps, a step at least the model's context (vllm_cpu_steps.py).
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"max_position_embeddings": 6000}}))
+    cpu = _command(str(tmp_path), VLLMConfig(), 8000, 0, vision=True, cpu=True)
+    assert "--no-enable-chunked-prefill" in cpu and cpu[cpu.index("--max-num-batched-tokens") + 1] == "6000"
+
+
+def test_a_cpu_step_holds_the_context_and_a_smaller_budget_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 512}))
+    assert cpu_step_tokens(tmp_path, None, None) == 4096  # vLLM's own CPU default, above a short context
+    assert cpu_step_tokens(tmp_path, 8192, None) == 8192  # rollout.vllm.max_model_len wins over the config
+    assert cpu_step_tokens(tmp_path, None, 20000) == 20000
+    with pytest.raises(ConfigError, match=r"max_num_batched_tokens=300 is below the engine's context of 512"):
+        cpu_step_tokens(tmp_path, None, 300)

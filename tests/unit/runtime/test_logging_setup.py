@@ -31,6 +31,8 @@ def test_vllm_warnings_pass_once_and_rotary_notes_never():
     vllm = NoiseFilter(once=True)
     warning = record("Custom op RotaryEmbedding was not registered", logging.WARNING, "vllm.custom_op")
     assert not vllm.filter(warning)
+    doubt = "This model does not officially support disabling chunked prefill. Disabling this manually may ..."
+    assert not vllm.filter(record(doubt, logging.WARNING, "vllm.engine.arg_utils"))  # off on a CPU on purpose
     repeated = record("max_num_batched_tokens is low", logging.WARNING, "vllm.config")
     assert vllm.filter(repeated) and not vllm.filter(repeated)
     info = record("Loading weights took 1 s", logging.INFO, "vllm.loader")
