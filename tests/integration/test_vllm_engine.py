@@ -158,3 +158,19 @@ def test_ranks_draw_different_samples_of_the_same_group(vllm_session):
         for rank in (0, 1)
     ]
     assert len(set(by_rank[0]) | set(by_rank[1])) >= 15
+
+
+def test_a_batch_of_more_prompt_tokens_than_one_vllm_step_samples_as_its_prompts_alone(vllm_session):
+    """48 seeded prompts of ~100 tokens: more than a 4096-token vLLM step, so with chunked prefill (vLLM's
+    default) one prompt was split across steps and CPU vLLM failed rewinding its seeded generator. Off on a
+    CPU (rollout/vllm_cpu_steps.py): each completion is the one its request gets alone."""
+    engine, tok = vllm_session.engine, vllm_session.tokenizer
+    engine.load_weights(build_tiny_policy(tok).state_dict().items())
+    ids = tok("1234567890+" * 9)["input_ids"]
+    requests = [GenerationRequest(ids, seed) for seed in range(48)]
+    assert sum(len(r.prompt_ids) for r in requests) > 4096
+    sampling = Sampling.from_config(RolloutConfig(max_new_tokens=2, temperature=1.0))
+    together = engine.generate(requests, sampling)
+    alone = [engine.generate([r], sampling)[0] for r in requests[:3]]
+    assert [c.token_ids for c in together[:3]] == [c.token_ids for c in alone]
+    assert len({tuple(c.token_ids) for c in together}) > 1 and all(c.logprobs for c in together)
