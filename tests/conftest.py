@@ -50,16 +50,23 @@ def pytest_configure(config):
         return [len(c) / 10 for c in completions]
 
 
+_SESSION_UMASK = os.umask(0o022)  # the user's, read once (os.umask can only be read by setting it)
+os.umask(_SESSION_UMASK)
+
+
 @pytest.fixture(autouse=True)
 def _own_working_folder(tmp_path, monkeypatch):
     """Each test runs in its own folder, so runs that default to ./outputs never share (or lock)
     one, tests run in parallel (``make test`` uses pytest-xdist), and nothing lands in the checkout.
-    The umask comes back after each test: a run built without ``build.fit`` keeps its private 077."""
+    After each test the run locks it left are released and the umask is the session's again: a run
+    built without ``build.fit`` (in a test or a module's fixture) kept its private 077 for every later
+    test of the worker, and the lock's bookkeeping then put a wrong umask back after a later run."""
     monkeypatch.chdir(tmp_path)
-    umask = os.umask(0o022)
-    os.umask(umask)
     yield
-    os.umask(umask)
+    from grpo_lightning.runtime.run_lock import release_all  # noqa: PLC0415  (kept out of xdist's controller)
+
+    release_all()
+    os.umask(_SESSION_UMASK)
 
 
 @pytest.fixture(scope="session")
