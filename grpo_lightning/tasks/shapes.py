@@ -7,10 +7,12 @@ a shape is on (``< >``), and, with two images, whether both show the same shape 
 text says the type and lists the options, so what a policy must learn beyond the format is in the
 picture. No two types share an option: a character valid for several (red and right were both
 ``r``) is where a policy that cannot see yet settles, answering it to every question, and a
-policy that answers one thing to a group learns nothing more (every reward of the group equal). ``shapes_exact`` scores the first character (the answer) and logs each type's accuracy
-(``reward/shapes_<type>``); ``shapes_option`` (any option first) and ``shapes_short`` (one character,
-then EOS) give the partial credit a policy that starts from random characters needs, and each fires
-within the first batches at random, so no reward is constant at the start.
+policy that answers one thing to a group learns nothing more (every reward of the group equal).
+``shapes_exact`` scores the first character (the answer) and logs each type's accuracy
+(``reward/shapes_<type>``); it is the task's only reward by default. ``shapes_option`` (any option
+first) and ``shapes_short`` (one character, then EOS) are partial credit for other budgets and
+models: with the tiny VLM, credit for any option made a type's answers collapse onto one option
+before its pictures were read (docs/vision.md).
 """
 
 from __future__ import annotations
