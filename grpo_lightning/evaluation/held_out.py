@@ -102,17 +102,12 @@ class Evaluator:
             for value in dict.fromkeys([*self.groups, *values]):
                 rows = torch.tensor([v == value for v in values])
                 count = int(rows.sum())
-                if count:
-                    group = self._metrics(f"val/{value}/", rows, greedy, length, sampled)
-                else:  # none in this batch: the keys, weighing nothing
-                    group = dict.fromkeys((f"val/{value}/{name}" for name in self._names(sampled)), 0.0)
+                group = self._metrics(f"val/{value}/", rows, greedy, length, sampled)
+                if not count:  # none in this batch: the keys (their means of nothing are NaN), weighing nothing
+                    group = dict.fromkeys(group, 0.0)
                 metrics.update(group)
                 self.last_weights.update(dict.fromkeys(group, float(count)))
         return metrics
-
-    def _names(self, sampled) -> list[str]:
-        """The metrics :meth:`_metrics` gives, without their prefix."""
-        return ["accuracy", "score", "mean_length"] + ([f"pass@{self.pass_k}"] if sampled is not None else [])
 
     def _metrics(self, prefix: str, rows, greedy, lengths, sampled) -> dict[str, float]:
         """accuracy, score, mean_length and pass@k of the records ``rows`` selects."""

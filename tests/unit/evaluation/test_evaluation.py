@@ -40,7 +40,7 @@ class ScriptedEngine(EngineBase):
         return out
 
 
-def make_evaluator(rule, pass_k=0):
+def make_evaluator(rule, pass_k=0, **groups):
     tokenizer = build_char_tokenizer()
     engine = ScriptedEngine(tokenizer, rule)
     rollout = RolloutGenerator(
@@ -50,7 +50,7 @@ def make_evaluator(rule, pass_k=0):
         4,
         Sampling.from_config(RolloutConfig(max_new_tokens=4, temperature=0.7)),
     )
-    return Evaluator(rollout, "arithmetic_exact", max_new_tokens=4, pass_k=pass_k), engine
+    return Evaluator(rollout, "arithmetic_exact", max_new_tokens=4, pass_k=pass_k, **groups), engine
 
 
 def test_greedy_accuracy_counts_exactly_the_correct_answers():
@@ -100,8 +100,8 @@ def test_fit_logs_validation_accuracy_before_during_and_after(tmp_path):
 def test_each_value_of_the_group_column_gets_its_own_metrics():
     """task.group_column: val/<value>/accuracy over that value's rows only (task=shapes: per question type)."""
     records = [{**r, "kind": kind} for r, kind in zip(RECORDS, ["odd", "even", "even", "odd"], strict=True)]
-    evaluator, _ = make_evaluator(lambda answer, call, index: answer in ("3", "7", "4"))  # the last one wrong
-    evaluator.group_column, evaluator.groups = "kind", ["odd", "even", "never"]
+    right = lambda answer, call, index: answer in ("3", "7", "4")  # noqa: E731  (the last one wrong)
+    evaluator, _ = make_evaluator(right, group_column="kind", groups=["odd", "even", "never"])
     metrics = evaluator.evaluate(records)
     assert metrics["val/odd/accuracy"] == pytest.approx(0.5)
     assert metrics["val/even/accuracy"] == 1.0
@@ -115,8 +115,9 @@ def test_group_metrics_are_exact_means_over_batches_of_mixed_groups():
     from grpo_lightning.step.reductions import ValidationMeans  # noqa: PLC0415
 
     rng = random.Random(0)
-    evaluator, _ = make_evaluator(lambda answer, call, index: answer in ("3", "7"))
-    evaluator.group_column, evaluator.groups = "kind", ["a", "b"]
+    evaluator, _ = make_evaluator(
+        lambda answer, call, index: answer in ("3", "7"), group_column="kind", groups=["a", "b"]
+    )
     for _case in range(20):
         records = [{**rng.choice(RECORDS), "kind": rng.choice("ab")} for _ in range(rng.randint(4, 12))]
         means = ValidationMeans()
