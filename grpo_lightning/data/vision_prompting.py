@@ -90,10 +90,9 @@ class VisionPrompts:
             elif key not in new:
                 new[key] = self._text(record)
         batched = {k: v for k, v in new.items() if v[1]} if len(new) > 1 else {}
-        for key, (text, images, refs) in new.items():
+        for key, prompt in new.items():
             if key not in batched:
-                out = self.processor(text=[text], images=images or None, return_tensors="pt", add_special_tokens=False)
-                found[key] = self._keep(key, images, refs, out["input_ids"][0].tolist(), _image_tensors(out))
+                found[key] = self._process_one(key, *prompt)
         if batched:
             found.update(self._process_together(batched))
         return [found[key] for key in keys]
@@ -123,13 +122,9 @@ class VisionPrompts:
         )
         tensors, counts = _image_tensors(out), [len(pictures) for _, pictures, _ in batched.values()]
         rows = _per_image_rows(tensors, len(images)) if len(tensors) == len(out.keys() - set(TEXT_KEYS)) else None
-        done = {}
         if rows is None:
-            for key, (text, pictures, refs) in batched.items():
-                one = self.processor(text=[text], images=pictures, return_tensors="pt", add_special_tokens=False)
-                done[key] = self._keep(key, pictures, refs, one["input_ids"][0].tolist(), _image_tensors(one))
-            return done
-        first = 0
+            return {key: self._process_one(key, *prompt) for key, prompt in batched.items()}
+        done, first = {}, 0
         for index, (key, (_, pictures, refs)) in enumerate(batched.items()):
             ids = list(out["input_ids"][index])
             own = {}
@@ -139,6 +134,11 @@ class VisionPrompts:
             done[key] = self._keep(key, pictures, refs, ids, own)
             first += counts[index]
         return done
+
+    def _process_one(self, key: tuple, text: str, images: list, refs: list) -> tuple:
+        """One prompt through the processor on its own, kept."""
+        out = self.processor(text=[text], images=images or None, return_tensors="pt", add_special_tokens=False)
+        return self._keep(key, images, refs, out["input_ids"][0].tolist(), _image_tensors(out))
 
     def _keep(self, key: tuple, images: list, refs: list, ids: list[int], tensors: dict) -> tuple:
         """The prompt's (ids, images), kept for the next time it comes (the oldest prompts dropped)."""
