@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distill_tiny import command_line, cpu_name, metric_rows
+from pipeline_learning import start  # the CLI in a fresh process, its log in the run's folder
 
 TYPES = ("color", "shape", "count", "side")
 CHANCE = {"color": 1 / 4, "shape": 1 / 3, "count": 1 / 4, "side": 1 / 2}
@@ -44,14 +44,6 @@ def overrides(seed: int, every: int, extra: list[str]) -> list[str]:
         f"eval.every_n_steps={every}",
         *extra,
     ]
-
-
-def start(args: list[str], output_dir: Path) -> subprocess.Popen:
-    """The CLI in a fresh process, one thread, its log and outputs in ``output_dir``."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "grpo_lightning.train", *args, f"trainer.output_dir={output_dir}"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen(command, stdout=open(output_dir / "console.log", "w"), stderr=subprocess.STDOUT, env=env)
 
 
 def curves(rows: list[dict], window: int) -> dict:
@@ -99,18 +91,20 @@ def main() -> None:
     parser.add_argument("--out", help="the results' JSON (default: printed only)")
     parser.add_argument("overrides", nargs="*", help="more key=value overrides for every run")
     args = parser.parse_args()
+    os.environ["OMP_NUM_THREADS"] = "1"  # each run on one thread, the seeds side by side
     work, started = Path(args.work), {"cpu": cpu_name(), "date": time.strftime("%Y-%m-%d %H:%M")}
     runs = {}
     for seed in args.seeds:
         folder = work / f"seed_{seed}"
         line = overrides(seed, args.every, args.overrides)
         done = (folder / "hf" / "final" / "config.json").is_file()
-        runs[seed] = (folder, line, None if done else start(line, folder), time.perf_counter(), os.getloadavg())
+        process = None if done else start(line, folder)[0]
+        runs[seed] = (folder, line, process, time.perf_counter(), os.getloadavg())
     results = {}
     for seed, (folder, line, process, began, load) in runs.items():
         code = process.wait() if process is not None else 0
         if code != 0:
-            raise SystemExit(f"seed {seed}: the run failed (exit {code}); see {folder / 'console.log'}")
+            raise SystemExit(f"seed {seed}: the run failed (exit {code}); see {folder / 'train.log'}")
         results[seed] = {
             "command": command_line(line),
             "wall_seconds": time.perf_counter() - began if process is not None else None,
